@@ -27,12 +27,21 @@ class ResourceType:
         return f"{self.group}/{self.plural}" if self.group else self.plural
 
     @property
+    def builtin(self) -> bool:
+        """Built into kube-apiserver (as opposed to a CRD): only these take strategic merge."""
+        return self.group in BUILTIN_GROUPS
+
+    @property
     def singular(self) -> str:
         return self.kind.lower()
 
     @property
     def list_kind(self) -> str:
         return f"{self.kind}List"
+
+
+BUILTIN_GROUPS = frozenset({"", "apps", "batch", "policy", "scheduling.k8s.io", "events.k8s.io",
+                            "apiextensions.k8s.io", "autoscaling"})
 
 
 def _core(kind: str, plural: str, namespaced: bool = True, short: tuple[str, ...] = (),

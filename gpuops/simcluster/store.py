@@ -97,6 +97,7 @@ class Store:
         self._compacted_rv = 1  # resourceVersions at or below this are no longer watchable
         self._watchers: dict[str, set[Watcher]] = {}
         self._listeners: list[Listener] = []
+        self._keysets: dict[str, int] = {}  # per type: bumped when an object is added or removed
         self.watch_queue_size = watch_queue_size
 
     # --- reading -------------------------------------------------------------------------------
@@ -125,6 +126,13 @@ class Store:
         if fields:
             items = (o for o in items if fields_match(fields, o))
         return list(items)
+
+    def keyset_version(self, rt: ResourceType) -> int:
+        """Changes whenever an object of this type is added or removed (for cached orderings)."""
+        return self._keysets.get(rt.key, 0)
+
+    def sorted_keys(self, rt: ResourceType) -> list[tuple[str, str]]:
+        return sorted(self._bucket(rt))
 
     def count(self, rt: ResourceType) -> int:
         return len(self._bucket(rt))
@@ -247,6 +255,7 @@ class Store:
     def _remove(self, rt: ResourceType, obj: Obj) -> Obj:
         key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
         old = self._bucket(rt).pop(key)
+        self._keysets[rt.key] = self._keysets.get(rt.key, 0) + 1
         obj = copy.copy(obj)
         obj["metadata"] = {**obj["metadata"]}
         self._rv += 1
@@ -258,6 +267,8 @@ class Store:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         meta = obj["metadata"]
+        if kind == "ADDED":
+            self._keysets[rt.key] = self._keysets.get(rt.key, 0) + 1
         self._bucket(rt)[(meta.get("namespace", ""), meta["name"])] = obj
         self._publish(Change(self._rv, rt, kind, obj, old))
         return obj
