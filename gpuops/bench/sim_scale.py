@@ -82,7 +82,7 @@ def run(nodes: int = 5000, pods: int = 100_000, updates: int = 50_000, page: int
             time.sleep(0.5)
             _post(f"{url}/admin/faults", {"kind": "pod-churn", "params": {"count": updates}})
             done.wait(600)
-            span = (received[-1] - received[0]) if len(received) > 1 else float("nan")
+            span = (received[-1] - received[0]) if len(received) > 1 else 0.0
             rss_mb = psutil.Process(server.pid).memory_info().rss / 2**20
         finally:
             server.terminate()
@@ -90,7 +90,7 @@ def run(nodes: int = 5000, pods: int = 100_000, updates: int = 50_000, page: int
     return {"nodes": nodes, "pods": pods, "pods_listed": listed, "page_size": page,
             "populate_s": round(populate_s, 2), "list_s": round(list_s, 3),
             "watch_events": len(received),
-            "watch_events_per_s": round(len(received) / span, 1) if span == span else 0.0,
+            "watch_events_per_s": round(len(received) / span, 1) if span > 0 else 0.0,
             "server_rss_mb": round(rss_mb, 1)}
 
 

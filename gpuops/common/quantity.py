@@ -10,7 +10,7 @@ _DECIMAL = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1
             "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 
-def parse_quantity(value: str | int | float) -> Fraction:
+def parse_quantity(value: str | float) -> Fraction:
     """Parse a Kubernetes quantity into an exact Fraction; raise ValueError naming the text."""
     if isinstance(value, (int, float)):
         return Fraction(value)

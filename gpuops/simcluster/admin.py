@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .server import SimCluster
 
 
-def register_api_faults(cluster: "SimCluster", server: "ApiServer") -> None:
+def register_api_faults(cluster: SimCluster, server: ApiServer) -> None:
     faults, store = server.faults, cluster.store
 
     def latency(_target: str | None, p: dict[str, Any]) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def register_api_faults(cluster: "SimCluster", server: "ApiServer") -> None:
     reg.register("api-clear", clear, "remove API latency and pending error rules")
 
 
-def add_admin_routes(app: web.Application, cluster: "SimCluster", server: "ApiServer") -> None:
+def add_admin_routes(app: web.Application, cluster: SimCluster, server: ApiServer) -> None:
     register_api_faults(cluster, server)
 
     async def post_fault(request: web.Request) -> web.Response:

@@ -19,7 +19,7 @@ _DEFAULT_TOLERATIONS = [
 ]
 
 
-def admit_create(cluster: "SimCluster", rt: ResourceType, obj: dict[str, Any],
+def admit_create(cluster: SimCluster, rt: ResourceType, obj: dict[str, Any],
                  namespace: str | None) -> dict[str, Any]:
     obj = copy.deepcopy(obj)
     name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get(
@@ -50,7 +50,7 @@ def admit_create(cluster: "SimCluster", rt: ResourceType, obj: dict[str, Any],
     return obj
 
 
-def admit_update(cluster: "SimCluster", rt: ResourceType, old: dict[str, Any],
+def admit_update(cluster: SimCluster, rt: ResourceType, old: dict[str, Any],
                  new: dict[str, Any]) -> dict[str, Any]:
     if rt.key == "pods":
         _check_pod_update(old, new)
@@ -63,13 +63,13 @@ def admit_update(cluster: "SimCluster", rt: ResourceType, old: dict[str, Any],
     return new
 
 
-def admit_delete(cluster: "SimCluster", rt: ResourceType, obj: dict[str, Any]) -> None:
+def admit_delete(cluster: SimCluster, rt: ResourceType, obj: dict[str, Any]) -> None:
     if rt.key == "namespaces" and obj["metadata"]["name"] in ("default", "kube-system"):
         raise errors.ApiError(403, "Forbidden", f'namespaces "{obj["metadata"]["name"]}" is '
                               "forbidden: this namespace may not be deleted")
 
 
-def delete_namespace_contents(cluster: "SimCluster", namespace: str) -> None:
+def delete_namespace_contents(cluster: SimCluster, namespace: str) -> None:
     """The namespace controller's job, done at once: delete everything inside, then the ns."""
     store = cluster.store
     for rt in store.registry.all():
@@ -105,7 +105,7 @@ def _validate_pod_spec(spec: Any, path: str, kind: str, name: str) -> None:
                 raise errors.invalid(kind, name, f"{where}.image", "Required value")
 
 
-def _default_pod(cluster: "SimCluster", pod: dict[str, Any]) -> None:
+def _default_pod(cluster: SimCluster, pod: dict[str, Any]) -> None:
     spec = pod["spec"]
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("schedulerName", "default-scheduler")
@@ -136,7 +136,7 @@ def _default_pod(cluster: "SimCluster", pod: dict[str, Any]) -> None:
     pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
 
 
-def _set_priority(cluster: "SimCluster", pod: dict[str, Any]) -> None:
+def _set_priority(cluster: SimCluster, pod: dict[str, Any]) -> None:
     spec = pod["spec"]
     store = cluster.store
     pc_type = store.type("priorityclasses", "scheduling.k8s.io")

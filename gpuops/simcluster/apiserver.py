@@ -51,7 +51,7 @@ class Target:
 
 
 class ApiServer:
-    def __init__(self, cluster: "SimCluster") -> None:
+    def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
         self.store = cluster.store
         self.faults = ApiFaults()
@@ -328,7 +328,7 @@ class ApiServer:
         labels = parse_label_selector(q.get("labelSelector"))
         fields = parse_field_selector(q.get("fieldSelector"), t.rtype.kind)
         if t.name:
-            from .selectors import FieldRequirement, _COMMON_FIELDS
+            from .selectors import _COMMON_FIELDS, FieldRequirement
             fields.append(FieldRequirement("metadata.name", "=", t.name,
                                            _COMMON_FIELDS["metadata.name"]))
         timeout = float(q.get("timeoutSeconds", "0") or 0) or 1800.0
@@ -364,7 +364,7 @@ class ApiServer:
                 return
             try:
                 event = await asyncio.wait_for(watcher.queue.get(), timeout=max(wait, 0.001))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if bookmarks and time.monotonic() >= next_bookmark:
                     await response.write(orjson.dumps(
                         {"type": "BOOKMARK", "object": {
@@ -442,12 +442,14 @@ def _decode_continue(token: str | None) -> tuple[tuple[str, str] | None, int | N
         raise errors.bad_request(f"invalid continue token {token!r}") from None
 
 
-def build_app(cluster: "SimCluster") -> web.Application:
+def build_app(cluster: SimCluster) -> web.Application:
     from .admin import add_admin_routes
+    from .metrics import add_metrics_route
 
     server = ApiServer(cluster)
     cluster.api = server  # type: ignore[attr-defined]
     app = web.Application(middlewares=[server.middleware], client_max_size=64 * 1024 * 1024)
     add_admin_routes(app, cluster, server)
+    add_metrics_route(app, cluster)
     app.router.add_route("*", "/{tail:.*}", server.handle)
     return app

@@ -40,7 +40,7 @@ def _pod(i: int, node: str, now: str) -> dict[str, Any]:
                                               "state": {"running": {"startedAt": now}}}]}}
 
 
-def populate(cluster: "SimCluster", nodes: int, pods: int, gpus_per_node: int = 8) -> None:
+def populate(cluster: SimCluster, nodes: int, pods: int, gpus_per_node: int = 8) -> None:
     store = cluster.store
     now = rfc3339(cluster.clock.now())
     ns_type, node_type, pod_type = store.type("namespaces"), store.type("nodes"), store.type("pods")
@@ -54,7 +54,7 @@ def populate(cluster: "SimCluster", nodes: int, pods: int, gpus_per_node: int = 
         store.create(pod_type, _pod(i, f"gpu-node-{i % max(nodes, 1):05d}", now))
 
 
-def register_churn(cluster: "SimCluster") -> None:
+def register_churn(cluster: SimCluster) -> None:
     """A `pod-churn` fault: N status updates to existing pods, as fast as the loop allows."""
     store = cluster.store
     pod_type = store.type("pods")

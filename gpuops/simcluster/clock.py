@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 
 class VirtualClock:
@@ -17,7 +17,7 @@ class VirtualClock:
             raise ValueError(f"clock speed must be > 0, got {speed!r}")
         self._speed = speed
         self._anchor_real = time.monotonic()
-        self._anchor_virtual = (start or datetime.now(timezone.utc)).timestamp()
+        self._anchor_virtual = (start or datetime.now(UTC)).timestamp()
 
     @property
     def speed(self) -> float:
@@ -28,7 +28,7 @@ class VirtualClock:
         return self._anchor_virtual + (time.monotonic() - self._anchor_real) * self._speed
 
     def now(self) -> datetime:
-        return datetime.fromtimestamp(self.time(), timezone.utc)
+        return datetime.fromtimestamp(self.time(), UTC)
 
     def set_speed(self, speed: float) -> None:
         if speed <= 0:
@@ -49,12 +49,12 @@ class VirtualClock:
 
 def rfc3339(ts: float | datetime) -> str:
     if isinstance(ts, (int, float)):
-        ts = datetime.fromtimestamp(ts, timezone.utc)
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        ts = datetime.fromtimestamp(ts, UTC)
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(text).timestamp()
 
 
 def seconds(td: timedelta) -> float:

@@ -8,10 +8,10 @@ if TYPE_CHECKING:
     from .server import Controller, SimCluster
 
 
-def build_controllers(cluster: "SimCluster") -> list["Controller"]:
+def build_controllers(cluster: SimCluster) -> list[Controller]:
     from . import kubelet, metrics, nodepools, scheduler, workloads
 
-    controllers: list["Controller"] = []
+    controllers: list[Controller] = []
     for module in (scheduler, kubelet, workloads, nodepools, metrics):
         controllers.extend(module.build(cluster))
     return controllers

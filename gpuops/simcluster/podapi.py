@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .server import SimCluster
 
 
-def _pods(cluster: "SimCluster"):
+def _pods(cluster: SimCluster):
     return cluster.store.type("pods")
 
 
@@ -37,14 +37,14 @@ def _container_name(pod: dict[str, Any], requested: str | None) -> str:
 
 def _format(lines: list[tuple[float, str]], timestamps: bool) -> bytes:
     if timestamps:
-        out = [f"{datetime.fromtimestamp(ts, timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%f')}"
+        out = [f"{datetime.fromtimestamp(ts, UTC).strftime('%Y-%m-%dT%H:%M:%S.%f')}"
                f"000Z {line}" for ts, line in lines]
     else:
         out = [line for _, line in lines]
     return ("".join(line + "\n" for line in out)).encode()
 
 
-async def read_log(cluster: "SimCluster", request: web.Request, namespace: str,
+async def read_log(cluster: SimCluster, request: web.Request, namespace: str,
                    name: str) -> web.StreamResponse:
     q = request.query
     pod = cluster.store.get(_pods(cluster), namespace, name)
@@ -63,7 +63,7 @@ async def read_log(cluster: "SimCluster", request: web.Request, namespace: str,
         lines = [entry for entry in lines if entry[0] >= cutoff]
     since_time = q.get("sinceTime")
     if since_time:
-        cutoff = datetime.fromisoformat(since_time.replace("Z", "+00:00")).timestamp()
+        cutoff = datetime.fromisoformat(since_time).timestamp()
         lines = [entry for entry in lines if entry[0] >= cutoff]
     tail = q.get("tailLines")
     if tail is not None:
@@ -79,7 +79,7 @@ async def read_log(cluster: "SimCluster", request: web.Request, namespace: str,
         cluster.logs.read(namespace, name, container) or []), timestamps)
 
 
-async def _follow(cluster: "SimCluster", request: web.Request, namespace: str, name: str,
+async def _follow(cluster: SimCluster, request: web.Request, namespace: str, name: str,
                   container: str, initial: bytes, seen: int, timestamps: bool
                   ) -> web.StreamResponse:
     """Stream new lines until the container instance ends or the client goes away."""
@@ -121,7 +121,7 @@ def _terminated(pod: dict[str, Any], container: str) -> bool:
                for cs in _statuses(pod))
 
 
-async def evict(cluster: "SimCluster", body: dict[str, Any], namespace: str, name: str
+async def evict(cluster: SimCluster, body: dict[str, Any], namespace: str, name: str
                 ) -> web.Response:
     from .disruption import pdb_budget, pdbs_covering
 
@@ -169,7 +169,7 @@ def _evicted() -> web.Response:
                               "status": "Success"}, status=201)
 
 
-def bind(cluster: "SimCluster", body: dict[str, Any], namespace: str, name: str
+def bind(cluster: SimCluster, body: dict[str, Any], namespace: str, name: str
          ) -> web.Response:
     target = (body.get("target") or {}) if isinstance(body, dict) else {}
     node = target.get("name")

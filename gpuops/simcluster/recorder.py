@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from .server import SimCluster
 
 
-def record_event(cluster: "SimCluster", involved: dict[str, Any], reason: str, message: str, *,
+def record_event(cluster: SimCluster, involved: dict[str, Any], reason: str, message: str, *,
                  type: str = "Normal", component: str = "simcluster",
                  host: str | None = None) -> dict[str, Any]:
     """Write (or bump the count of) a core/v1 Event about `involved`.

@@ -85,7 +85,7 @@ class ResourceRegistry:
     _types: dict[tuple[str, str, str], ResourceType] = field(default_factory=dict)
 
     @classmethod
-    def with_builtins(cls) -> "ResourceRegistry":
+    def with_builtins(cls) -> ResourceRegistry:
         registry = cls()
         for rt in BUILTIN_TYPES:
             registry.register(rt)

@@ -10,8 +10,9 @@ import asyncio
 import copy
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from . import errors
 from .clock import VirtualClock, rfc3339

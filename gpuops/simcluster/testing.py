@@ -25,7 +25,7 @@ class SimClusterThread:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="simcluster")
 
-    def start(self) -> "SimClusterThread":
+    def start(self) -> SimClusterThread:
         self._thread.start()
         self._cluster = SimCluster(self.config)
         self.url = asyncio.run_coroutine_threadsafe(self._cluster.start(), self._loop).result(30)
@@ -53,7 +53,7 @@ class SimClusterThread:
     def advance(self, seconds: float) -> Any:
         return self.admin("clock", {"advance": seconds})
 
-    def __enter__(self) -> "SimClusterThread":
+    def __enter__(self) -> SimClusterThread:  # noqa: PYI034
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

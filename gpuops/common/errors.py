@@ -1,0 +1,106 @@
+"""gpuops' error classes, one module for all: callers catch a few meaningful kinds.
+
+Two kinds steer retries (as in kopf): a `PermanentError` is never retried; a
+`TemporaryError` carries the delay after which trying again may succeed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GpuopsError(Exception):
+    """Base of every error gpuops raises on purpose."""
+
+
+class PermanentError(GpuopsError):
+    """Retrying will not help (bad input, forbidden, not found)."""
+
+
+class TemporaryError(GpuopsError):
+    """Retrying after `delay` seconds may help (throttling, conflicts, server errors)."""
+
+    def __init__(self, message: str, delay: float = 1.0) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+class ConfigError(PermanentError):
+    """Invalid configuration or input: names the field (and the YAML line when known)."""
+
+    def __init__(self, field: str, message: str, *, line: int | None = None,
+                 source: str | None = None) -> None:
+        where = f"{source}:" if source else ""
+        where += f"line {line}: " if line is not None else ""
+        super().__init__(f"{where}{field}: {message}")
+        self.field = field
+        self.line = line
+        self.source = source
+
+
+# --- Kubernetes API errors: one class per status, keeping the parsed Status -------------------
+
+class KubeError(GpuopsError):
+    def __init__(self, message: str, *, status: int | None = None,
+                 body: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body or {}
+
+    @property
+    def reason(self) -> str:
+        return str(self.body.get("reason", ""))
+
+
+class KubeNotFound(KubeError, PermanentError):
+    pass
+
+
+class KubeForbidden(KubeError, PermanentError):
+    pass
+
+
+class KubeInvalid(KubeError, PermanentError):
+    pass
+
+
+class KubeConflict(KubeError, TemporaryError):
+    def __init__(self, message: str, **kw: Any) -> None:
+        KubeError.__init__(self, message, **kw)
+        self.delay = 0.1
+
+
+class KubeTooManyRequests(KubeError, TemporaryError):
+    """429: throttled, or an eviction refused by a PodDisruptionBudget."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0, **kw: Any) -> None:
+        KubeError.__init__(self, message, **kw)
+        self.delay = retry_after
+
+
+class KubeServerError(KubeError, TemporaryError):
+    def __init__(self, message: str, **kw: Any) -> None:
+        KubeError.__init__(self, message, **kw)
+        self.delay = 1.0
+
+
+class KubeUnavailable(KubeError, TemporaryError):
+    """The API server could not be reached (connection refused, reset, timeout)."""
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        KubeError.__init__(self, message, **kw)
+        self.delay = 1.0
+
+
+# --- actions and approvals -----------------------------------------------------------------------
+
+class PostconditionFailed(GpuopsError):
+    """An action ran but the cluster or cloud does not show its effect."""
+
+
+class LimitViolation(PermanentError):
+    """A requested change breaks a limit gpuops enforces (min <= desired <= max, quotas)."""
+
+
+class NotApproved(GpuopsError):
+    """A change was rejected, or its approval timed out (a timeout is a "no")."""
