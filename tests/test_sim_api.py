@@ -142,8 +142,8 @@ def test_field_selectors_on_pods_and_events(kube, ns):
                                                        "namespace": ns},
                                     "reason": "Test", "message": "hello", "type": "Warning"})
     events = v1.list_namespaced_event(ns, field_selector="involvedObject.name=p1,"
-                                                         "involvedObject.kind=Pod")
-    assert [e.reason for e in events.items] == ["Test"]
+                                                         "involvedObject.kind=Pod,reason=Test")
+    assert [(e.reason, e.involved_object.name) for e in events.items] == [("Test", "p1")]
 
 
 def test_unknown_field_selector_is_400(kube, ns):

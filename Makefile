@@ -1,0 +1,47 @@
+# gpuops: `make up` runs the whole platform locally, `make test` checks it.
+# Works on a fresh Debian machine with python3 and apt; installs what is missing.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+# Root runs apt-get directly; anyone else goes through sudo when it exists.
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
+APT    := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
+
+.PHONY: venv install prometheus up test bench
+
+venv install: $(STAMP)
+
+# Reinstall only when pyproject.toml changed since the last install.
+$(STAMP): pyproject.toml
+	@if [ ! -x $(BIN)/python ]; then \
+	  $(PYTHON) -m venv $(VENV) || { \
+	    echo "python3 -m venv failed: installing python3-venv"; \
+	    $(APT) update -qq && $(APT) install -y -qq python3-venv && \
+	    $(PYTHON) -m venv --clear $(VENV); }; \
+	fi
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+prometheus:
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null; then \
+	  echo "prometheus: $$(command -v prometheus)"; \
+	else \
+	  $(APT) update -qq && $(APT) install -y -qq prometheus; \
+	fi
+
+up: install prometheus
+	$(BIN)/gpuops up $(ARGS)
+
+# Runs every check and fails if any failed, so one report shows everything.
+test: install prometheus
+	@status=0; \
+	$(BIN)/lint-imports || status=1; \
+	$(BIN)/pytest -q --timeout=300 || status=1; \
+	exit $$status
+
+bench: install
+	@if [ -z "$(NAME)" ]; then echo "usage: make bench NAME=sim-scale"; exit 2; fi
+	$(BIN)/gpuops bench $(NAME) --json

@@ -1,0 +1,198 @@
+"""The `gpuops` command: start everything locally, drive the simulated cluster, run benchmarks.
+
+Commands stay thin: they parse options and call one function elsewhere, importing it inside
+the command so that `gpuops --help` stays fast and a broken part cannot break the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import pkgutil
+import re
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+app = typer.Typer(
+    name="gpuops",
+    help="Workflow and runbook automation for Kubernetes GPU clusters, on Prefect.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+sim_app = typer.Typer(
+    help="The simulated GPU cluster: serve it, inject faults, move its clock.",
+    no_args_is_help=True,
+)
+app.add_typer(sim_app, name="sim")
+
+KubeconfigOption = Annotated[
+    Path,
+    typer.Option(envvar="KUBECONFIG", help="kubeconfig written by simcluster (`gpuops up`)."),
+]
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def up(
+    kubeconfig: Annotated[Path | None, typer.Option(
+        help="Use this real cluster instead of starting simcluster.")] = None,
+    scenario: Annotated[str | None, typer.Option(
+        help="simcluster scenario. [default: $GPUOPS_SCENARIO or default]")] = None,
+    home: Annotated[Path | None, typer.Option(
+        help="State, logs and env.sh. [default: $GPUOPS_HOME or ./.gpuops]")] = None,
+    prefect_port: Annotated[int | None, typer.Option(
+        help="Prefect server and UI port. [default: $GPUOPS_PREFECT_PORT or 4200]")] = None,
+    sim_port: Annotated[int | None, typer.Option(
+        help="simcluster port, 0 = any free one. [default: $GPUOPS_SIM_PORT or 0]")] = None,
+) -> None:
+    """Start Prefect, moto, simcluster, the Slack fake and Prometheus; stop them on Ctrl-C."""
+    from gpuops.deployments.services import ServiceError
+    from gpuops.deployments.settings import get_up_settings
+    from gpuops.deployments.up import AlreadyRunningError, run_up
+
+    settings = get_up_settings()
+    try:
+        run_up(
+            kubeconfig=kubeconfig,
+            scenario=scenario or settings.scenario,
+            home=home or settings.home,
+            prefect_port=settings.prefect_port if prefect_port is None else prefect_port,
+            sim_port=settings.sim_port if sim_port is None else sim_port,
+            settings=settings,
+        )
+    except (AlreadyRunningError, ServiceError) as e:
+        _fail(str(e))
+
+
+@sim_app.command("serve")
+def sim_serve(
+    kubeconfig: Annotated[Path, typer.Option(help="Where to write the kubeconfig.")],
+    port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one.")] = 0,
+    scenario: Annotated[str, typer.Option(help="Shipped scenario name or YAML path.")] = "default",
+    speed: Annotated[float, typer.Option(help="Clock speed; 1 is real time.")] = 1.0,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    aws_endpoint: Annotated[str | None, typer.Option(
+        help="moto's URL: node pools follow their EKS node groups / ASGs there.")] = None,
+) -> None:
+    """Serve a simulated Kubernetes GPU cluster until interrupted."""
+    from gpuops.simcluster.server import serve_forever
+
+    serve_forever(host=host, port=port, kubeconfig=kubeconfig, scenario=scenario, speed=speed,
+                  aws_endpoint=aws_endpoint)
+
+
+def _post_to_sim(kubeconfig: Path, path: str, body: dict[str, Any]) -> None:
+    from gpuops.deployments.simadmin import SimAdminError, post_admin
+
+    try:
+        answer = post_admin(kubeconfig, path, body)
+    except (SimAdminError, FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    typer.echo(json.dumps(answer, indent=2))
+
+
+@sim_app.command("fault")
+def sim_fault(
+    kind: Annotated[str, typer.Argument(help="Fault kind, e.g. crashloop, oom, xid, node-down.")],
+    kubeconfig: KubeconfigOption,
+    target: Annotated[str | None, typer.Option(
+        help="`namespace/name` of a pod or workload, or a node name.")] = None,
+    param: Annotated[list[str] | None, typer.Option(
+        help="Fault parameter `key=value` (JSON values keep their type); repeatable.")] = None,
+) -> None:
+    """Inject a fault into the simulated cluster (POST /admin/faults) and print its answer."""
+    from gpuops.deployments.simadmin import parse_params
+
+    try:
+        params = parse_params(param or [])
+    except ValueError as e:
+        _fail(str(e), code=2)
+    _post_to_sim(kubeconfig, "/admin/faults", {"kind": kind, "target": target, "params": params})
+
+
+@sim_app.command("clock")
+def sim_clock(
+    kubeconfig: KubeconfigOption,
+    advance: Annotated[float | None, typer.Option(help="Jump the clock by SECONDS.")] = None,
+    speed: Annotated[float | None, typer.Option(help="Set the clock speed.")] = None,
+) -> None:
+    """Jump the simulated clock forward or change its speed (POST /admin/clock)."""
+    if (advance is None) == (speed is None):
+        _fail("give exactly one of `--advance SECONDS` or `--speed X`", code=2)
+    body = {"advance": advance} if advance is not None else {"speed": speed}
+    _post_to_sim(kubeconfig, "/admin/clock", body)
+
+
+def available_benches() -> list[str]:
+    """Bench names (`sim-scale`) of the modules in `gpuops/bench/` that define `main`."""
+    package = importlib.import_module("gpuops.bench")
+    names = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"gpuops.bench.{info.name}")
+        if callable(getattr(module, "main", None)):
+            names.append(info.name.replace("_", "-"))
+    return sorted(names)
+
+
+def parse_extra_options(args: list[str]) -> dict[str, Any]:
+    """`--pods 1000 --fast --label=x` -> `{"pods": 1000, "fast": True, "label": "x"}`."""
+    options: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ValueError(f"unexpected argument {arg!r}; bench options look like `--name value`")
+        key, sep, raw = arg[2:].partition("=")
+        if not sep:
+            if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                raw, i = args[i + 1], i + 1
+            else:
+                raw = "true"
+        try:
+            options[key.replace("-", "_")] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key.replace("-", "_")] = raw
+        i += 1
+    return options
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Benchmark name, e.g. sim-scale.")],
+    json_output: Annotated[bool, typer.Option(
+        "--json", help="Print only the figures, as one JSON object.")] = False,
+) -> None:
+    """Run a benchmark from `gpuops/bench/`; extra `--option value` pairs go to its `main`."""
+    module_name = name.replace("-", "_")
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", module_name):
+        _fail(f"{name!r} is not a bench name; available: {', '.join(available_benches())}", 2)
+    try:
+        module = importlib.import_module(f"gpuops.bench.{module_name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"gpuops.bench.{module_name}":
+            raise
+        available = ", ".join(available_benches()) or "(none yet)"
+        _fail(f"unknown bench {name!r}; available benches: {available}", code=2)
+    main = getattr(module, "main", None)
+    if not callable(main):
+        _fail(f"gpuops.bench.{module_name} defines no `main(json_output, **options)`", code=2)
+    try:
+        options = parse_extra_options(list(ctx.args))
+        inspect.signature(main).bind(json_output=json_output, **options)
+    except (ValueError, TypeError) as e:
+        _fail(f"bench {name!r}: {e}", code=2)
+    main(json_output=json_output, **options)
+
+
+if __name__ == "__main__":
+    app(prog_name="gpuops")

@@ -1,0 +1,40 @@
+"""Settings for `gpuops up`: where its state lives and which ports it uses.
+
+Read through `get_up_settings()` at call time, never at import time, so that tests and the
+CLI can change the environment (`GPUOPS_HOME=...`) before anything looks at it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class UpSettings(BaseSettings):
+    """Defaults of `gpuops up`; every field can be set as `GPUOPS_<FIELD>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUOPS_", extra="ignore")
+
+    home: Path = Field(
+        default=Path(".gpuops"),
+        description="Directory for logs, the Prefect database, the kubeconfig and env.sh.",
+    )
+    scenario: str = Field(default="default", description="simcluster scenario name or path.")
+    prefect_port: int = Field(default=4200, description="Port of the local Prefect server/UI.")
+    sim_port: int = Field(default=0, description="simcluster port; 0 picks a free one.")
+    sim_speed: float = Field(default=1.0, description="simcluster clock speed (1 = real time).")
+    slack_bot_token: SecretStr | None = Field(
+        default=None,
+        description="A real Slack bot token; when set, `gpuops up` starts no Slack fake.",
+        examples=["xoxb-..."],
+    )
+    start_timeout_s: float = Field(
+        default=120.0, description="How long to wait for each component to become ready."
+    )
+
+
+def get_up_settings() -> UpSettings:
+    """The one accessor: builds the settings from the current environment."""
+    return UpSettings()
