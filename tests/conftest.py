@@ -6,9 +6,23 @@ cluster instead (they then skip the simcluster-only admin calls).
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
+
+# Prefect reads its settings when first imported: point it at the test server (started
+# lazily by the `prefect_server` fixture) before any test module imports prefect.
+from gpuops.deployments.services import free_port
+
+_PREFECT_HOME = Path(tempfile.mkdtemp(prefix="gpuops-test-prefect-"))
+_PREFECT_PORT = free_port()
+os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{_PREFECT_PORT}/api"
+os.environ["PREFECT_HOME"] = str(_PREFECT_HOME / "client")
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 
 import pytest
 from kubernetes import client, config
@@ -51,3 +65,47 @@ def kube(sim) -> client.ApiClient:
     if real:
         return _api_client(Path(real))
     return sim.api
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[str]:
+    """A real Prefect server (SQLite) for the whole session; returns its API URL."""
+    from gpuops.deployments.services import start_prefect_server
+
+    service = start_prefect_server(_PREFECT_HOME, port=_PREFECT_PORT, timeout_s=120)
+    try:
+        yield service.url
+    finally:
+        service.stop()
+
+
+class SlackFake:
+    """The local Slack Web API fake, on a background loop, with inspection helpers."""
+
+    def __init__(self) -> None:
+        from gpuops.deployments.slackfake import start_slack_fake
+        from tests.servers import LoopThread
+
+        self.loop = LoopThread()
+        runner, self.base_url = self.loop.run(start_slack_fake("127.0.0.1", 0))
+        self.loop.on_stop(runner.cleanup)
+        self.root = self.base_url.removesuffix("/api/")
+
+    def messages(self) -> list[dict]:
+        with urllib.request.urlopen(f"{self.root}/_fake/messages", timeout=10) as resp:
+            body = json.loads(resp.read())
+        return body["messages"] if isinstance(body, dict) else body
+
+    def post(self, path: str, body: dict) -> dict:
+        req = urllib.request.Request(f"{self.root}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"},
+                                     method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+
+@pytest.fixture
+def slack_fake() -> Iterator[SlackFake]:
+    fake = SlackFake()
+    yield fake
+    fake.loop.stop()

@@ -1,0 +1,86 @@
+"""Block Kit for approval requests and decisions (pure: data in, Slack blocks out)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+SECTION_LIMIT = 2900  # Slack caps a section's text at 3,000 characters
+APPROVE_ACTION = "gpuops_approve"
+REJECT_ACTION = "gpuops_reject"
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """What a person is asked to approve."""
+
+    title: str
+    summary: str  # what will change
+    reason: str  # why
+    plan: str = ""  # the plan or diff, as text
+    cost_impact: str | None = None
+    targets: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _truncate(text: str, limit: int = SECTION_LIMIT) -> str:
+    return text if len(text) <= limit else text[: limit - 20] + "\n… (truncated)"
+
+
+def button_value(flow_run_id: str, key: str) -> str:
+    return json.dumps({"flow_run_id": flow_run_id, "key": key}, separators=(",", ":"))
+
+
+def parse_button_value(value: str) -> tuple[str, str]:
+    data = json.loads(value)
+    return str(data["flow_run_id"]), str(data["key"])
+
+
+def request_blocks(request: ApprovalRequest, *, flow_run_id: str, key: str,
+                   run_url: str | None, timeout_s: int) -> list[dict]:
+    blocks: list[dict] = [
+        {"type": "header", "text": {"type": "plain_text",
+                                    "text": _truncate(f"Approval needed: {request.title}", 150)}},
+        {"type": "section", "text": {"type": "mrkdwn",
+                                     "text": _truncate(f"*What will change*\n{request.summary}")}},
+        {"type": "section", "text": {"type": "mrkdwn",
+                                     "text": _truncate(f"*Why*\n{request.reason}")}},
+    ]
+    if request.plan:
+        blocks.append({"type": "section", "text": {
+            "type": "mrkdwn", "text": "*Plan*\n```" + _truncate(request.plan, 2800) + "```"}})
+    context = [f"Waits {timeout_s // 60} min; no answer is a *no*."]
+    if request.cost_impact:
+        context.insert(0, f"Cost impact: *{request.cost_impact}*")
+    if run_url:
+        context.append(f"<{run_url}|Open the run in Prefect>")
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": t}
+                                                   for t in context]})
+    value = button_value(flow_run_id, key)
+    blocks.append({"type": "actions", "block_id": "gpuops_approval", "elements": [
+        {"type": "button", "action_id": APPROVE_ACTION, "style": "primary", "value": value,
+         "text": {"type": "plain_text", "text": "Approve"},
+         "confirm": {"title": {"type": "plain_text", "text": "Approve this change?"},
+                     "text": {"type": "mrkdwn", "text": _truncate(request.summary, 300)},
+                     "confirm": {"type": "plain_text", "text": "Approve"},
+                     "deny": {"type": "plain_text", "text": "Cancel"}}},
+        {"type": "button", "action_id": REJECT_ACTION, "style": "danger", "value": value,
+         "text": {"type": "plain_text", "text": "Reject"}},
+    ]})
+    return blocks
+
+
+def decision_blocks(request_blocks_: list[dict], verdict: str) -> list[dict]:
+    """The original message with its buttons replaced by the decision."""
+    kept = [b for b in request_blocks_ if b.get("type") != "actions"]
+    return kept + [{"type": "section", "text": {"type": "mrkdwn", "text": verdict}}]
+
+
+def verdict_text(approved: bool, approver: str, when: str, comment: str = "") -> str:
+    who = f"<@{approver}>" if approver and approver.startswith(("U", "W")) else approver
+    text = f"{'✅ *Approved*' if approved else '❌ *Rejected*'} by {who} at {when}"
+    return text + (f": {comment}" if comment else "")
+
+
+def timeout_text(timeout_s: int) -> str:
+    return (f"⌛ *Not approved*: no answer within {timeout_s // 60} min. "
+            "Nothing was applied.")

@@ -1,0 +1,39 @@
+"""Which pods a drain evicts (pure): what `kubectl drain` would, and why it skips the rest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class DrainPlan:
+    node: str
+    evict: tuple[tuple[str, str, str], ...]  # (namespace, name, uid)
+    skipped: tuple[tuple[str, str], ...]  # ("ns/name", why)
+
+    def describe(self) -> str:
+        lines = [f"cordon {self.node}"]
+        lines += [f"evict {ns}/{name}" for ns, name, _ in self.evict]
+        lines += [f"skip  {pod} ({why})" for pod, why in self.skipped]
+        return "\n".join(lines)
+
+
+def plan_drain(node: str, pods: list[dict[str, Any]]) -> DrainPlan:
+    evict, skipped = [], []
+    for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
+        meta = pod["metadata"]
+        ref = f"{meta['namespace']}/{meta['name']}"
+        owners = meta.get("ownerReferences") or []
+        phase = (pod.get("status") or {}).get("phase")
+        if any(o.get("kind") == "DaemonSet" for o in owners):
+            skipped.append((ref, "DaemonSet pod: it would come straight back"))
+        elif "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+            skipped.append((ref, "static (mirror) pod: managed by the kubelet"))
+        elif phase in ("Succeeded", "Failed"):
+            skipped.append((ref, f"already {phase}"))
+        elif meta.get("deletionTimestamp"):
+            skipped.append((ref, "already terminating"))
+        else:
+            evict.append((meta["namespace"], meta["name"], meta["uid"]))
+    return DrainPlan(node, tuple(evict), tuple(skipped))
