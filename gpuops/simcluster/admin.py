@@ -99,7 +99,26 @@ def add_admin_routes(app: web.Application, cluster: SimCluster, server: ApiServe
                                   "now": cluster.clock.now().isoformat(),
                                   "objects": {k: v for k, v in counts.items() if v}})
 
+    async def scenario(request: web.Request) -> web.Response:
+        """Load a scenario (its `name`, a shipped one or a path, or its `yaml` text) into the
+        running cluster: all of it or, if any part is invalid, none of it (422)."""
+        from .scenario import ScenarioError, load_scenario, load_scenario_text
+
+        body = await _json(request)
+        try:
+            if isinstance(body.get("yaml"), str):
+                summary = load_scenario_text(cluster, body["yaml"], "<admin>")
+            elif isinstance(body.get("name"), str):
+                summary = load_scenario(cluster, body["name"], at_startup=False)
+            else:
+                raise errors.bad_request("field 'name' (a shipped scenario or a path) or "
+                                         "'yaml' (a scenario's text) is required")
+        except ScenarioError as e:
+            raise errors.ApiError(422, "Invalid", str(e)) from e
+        return web.json_response(summary)
+
     app.router.add_post("/admin/faults", post_fault)
+    app.router.add_post("/admin/scenario", scenario)
     app.router.add_get("/admin/faults", get_faults)
     app.router.add_route("*", "/admin/clock", clock)
     app.router.add_post("/admin/history", history)

@@ -116,8 +116,9 @@ def _default_pod(cluster: SimCluster, pod: dict[str, Any]) -> None:
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     tolerations = spec.setdefault("tolerations", [])
     for default in _DEFAULT_TOLERATIONS:
-        if not any(t.get("key") == default["key"] and t.get("effect") == default["effect"]
-                   for t in tolerations):
+        # As the DefaultTolerationSeconds plugin: an empty key or effect already tolerates it.
+        if not any(t.get("key") in (default["key"], "", None)
+                   and t.get("effect") in (default["effect"], "", None) for t in tolerations):
             tolerations.append(dict(default))
     for group in ("initContainers", "containers"):
         for c in spec.get(group) or []:
@@ -217,11 +218,13 @@ def _default_workload(rt: ResourceType, obj: dict[str, Any], name: str) -> None:
             raise errors.invalid(rt.kind, name, "spec.template.spec.restartPolicy",
                                  f'Unsupported value: "{template["spec"]["restartPolicy"]}": '
                                  'supported values: "OnFailure", "Never"')
+        if spec.get("completions") is None and spec.get("parallelism") is None:
+            spec["completions"] = 1  # only then: parallelism alone is a work-queue Job
         spec.setdefault("parallelism", 1)
-        spec.setdefault("completions", 1)
         spec.setdefault("backoffLimit", 6)
         spec.setdefault("completionMode", "NonIndexed")
         spec.setdefault("suspend", False)
+        spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
     else:
         if not selector:
             raise errors.invalid(rt.kind, name, "spec.selector", "Required value")

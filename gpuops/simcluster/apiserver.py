@@ -241,6 +241,12 @@ class ApiServer:
         admit_delete(self.cluster, t.rtype, old)
         if _dry_run(request):
             return json_response(old)
+        from .garbagecollector import prepare_deletion
+        orphan = request.query.get("orphanDependents", options.get("orphanDependents"))
+        if prepare_deletion(self.cluster, t.rtype, old, request.query.get(
+                "propagationPolicy", options.get("propagationPolicy")),
+                None if orphan is None else str(orphan).lower() == "true", pre):
+            pre = {**pre, "resourceVersion": None}  # checked before the finalizer went on
         obj = self.store.delete(t.rtype, t.namespace, t.name,
                                 grace_period=None if grace is None else int(grace),
                                 uid=pre.get("uid"), resource_version=pre.get("resourceVersion"))

@@ -49,7 +49,9 @@ async def read_log(cluster: SimCluster, request: web.Request, namespace: str,
     q = request.query
     pod = cluster.store.get(_pods(cluster), namespace, name)
     container = _container_name(pod, q.get("container"))
-    previous = q.get("previous") in ("true", "1")
+    # A container waiting to restart (CrashLoopBackOff) has no current instance: like the
+    # kubelet, serve its last terminated one, which the log store keeps as the previous log.
+    previous = q.get("previous") in ("true", "1") or _waiting_to_restart(pod, container)
     lines = cluster.logs.read(namespace, name, container, previous=previous)
     if lines is None:
         if previous:
@@ -114,6 +116,14 @@ def _waiting_reason(pod: dict[str, Any], container: str) -> str:
         if cs.get("name") == container and "waiting" in (cs.get("state") or {}):
             return cs["state"]["waiting"].get("reason", "ContainerCreating")
     return "ContainerCreating"
+
+
+def _waiting_to_restart(pod: dict[str, Any], container: str) -> bool:
+    for cs in _statuses(pod):
+        if cs.get("name") == container:
+            return "waiting" in (cs.get("state") or {}) and \
+                bool((cs.get("lastState") or {}).get("terminated"))
+    return False
 
 
 def _terminated(pod: dict[str, Any], container: str) -> bool:
