@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from kubernetes.watch.watch import iter_resp_lines
 from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 log = logging.getLogger("gpuops.sensors.watch")
 

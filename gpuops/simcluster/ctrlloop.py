@@ -77,6 +77,7 @@ class ControllerLoop:
                 self._sync_one(key)
                 if i % 100 == 99:
                     await asyncio.sleep(0)  # let the API server answer between big batches
+            await asyncio.sleep(0)  # and between rounds, should syncs keep re-dirtying keys
 
     def _sync_one(self, key: Hashable) -> None:
         try:

@@ -45,9 +45,20 @@ class KubeEvent(_Model):
     source: str = ""
     object_kind: str = ""
     object_name: str = ""
+    #: `involvedObject.fieldPath`, e.g. `spec.containers{app}`: which container it is about
+    field_path: str = ""
 
 
 class NodeCondition(_Model):
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+class PodCondition(_Model):
+    """A pod condition, e.g. `DisruptionTarget` with reason `PreemptionByScheduler`."""
+
     type: str
     status: str
     reason: str = ""
@@ -88,6 +99,10 @@ class RestartEvidence(_Model):
     last_state: ContainerState
     state: ContainerState = Field(default_factory=ContainerState)
     pod_phase: str = ""
+    #: `status.reason` / `status.message`: Evicted, Preempting, Terminated (node shutdown)…
+    pod_reason: str = ""
+    pod_message: str = ""
+    pod_conditions: list[PodCondition] = Field(default_factory=list)
     pod_deleting: bool = False
     pod_labels: dict[str, str] = Field(default_factory=dict)
     namespace_labels: dict[str, str] = Field(default_factory=dict)
@@ -102,6 +117,7 @@ class RestartEvidence(_Model):
     node_events: list[KubeEvent] = Field(default_factory=list)
     node_conditions: list[NodeCondition] = Field(default_factory=list)
     node_xids: list[XidEvent] = Field(default_factory=list)
+    restarts_missed: int = 0  # earlier restarts seen only by their count (no evidence left)
     observed_at: str  # when the API server showed the restart (watch event received)
     captured_at: str  # when the evidence was complete
 

@@ -171,6 +171,9 @@ class Kube:
         kwargs = {} if grace_period is None else {"grace_period_seconds": grace_period}
         call(self.core.delete_namespaced_pod, name, namespace, _preload_content=False, **kwargs)
 
+    def get_namespace(self, name: str) -> Obj:
+        return self._raw(self.core.read_namespace, name)
+
     # --- events --------------------------------------------------------------------------------
 
     def list_events(self, namespace: str | None = None, *, field_selector: str | None = None

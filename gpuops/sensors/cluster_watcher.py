@@ -1,0 +1,201 @@
+"""The cluster watcher: Kubernetes watch -> evidence capture -> Prefect events.
+
+Pods and nodes are listed and watched (`WatchLoop`: resume after a dropped connection,
+relist on 410). A pod update that shows a new restart is queued at once; capture workers
+read the evidence that is about to vanish and deliver `gpuops.pod.restarted` to Prefect,
+then mark the restart reported (persisted, so a restarted watcher neither loses nor repeats
+one). The queue is bounded: in a restart storm the watch thread waits (backpressure), and
+anything the server drops meanwhile comes back on the re-watch or relist.
+Node state changes that metrics miss (cordon, NotReady) are emitted as events too.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpuops.sensors.emitter import PAYLOAD_LIMIT_BYTES, EventSender, build_event, workload_related
+from gpuops.sensors.evidence_capture import EvidenceCapture
+from gpuops.sensors.restart_detector import DetectedRestart, ReportedStore, detect_restarts
+from gpuops.sensors.watch_loop import WatchLoop
+from gpuops.tasks.evidence import RestartEvidence
+from gpuops.tasks.kube import Kube
+
+log = logging.getLogger("gpuops.sensors.watcher")
+
+INLINE_LOG_BYTES = 256 * 1024  # what stays in the event when the evidence is too big
+
+
+@dataclass
+class WatcherStats:
+    detected: int = 0
+    emitted: int = 0
+    capture_errors: int = 0
+    node_events: int = 0
+    queue_high_water: int = 0
+    detect_latencies_s: list[float] = field(default_factory=list)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ClusterWatcher:
+    def __init__(self, kube: Kube, *, state_file: Path | None = None, workers: int = 4,
+                 queue_size: int = 1000, log_cap_bytes: int = 1 << 20,
+                 sender: EventSender | None = None) -> None:
+        self.kube = kube
+        self.cluster = kube.cluster_name
+        self.reported = ReportedStore(state_file)
+        self.capture = EvidenceCapture(kube, log_cap_bytes=log_cap_bytes)
+        self.sender = sender or EventSender()
+        self.stop_event = threading.Event()
+        self.stats = WatcherStats()
+        self._queue: queue.Queue[tuple[DetectedRestart, dict[str, Any], datetime]] = queue.Queue(
+            queue_size)
+        self._pending: dict[str, int] = {}  # container key -> restartCount queued
+        self._lock = threading.Lock()
+        self._nodes: dict[str, tuple[bool, str]] = {}  # name -> (unschedulable, Ready status)
+        self._threads: list[threading.Thread] = []
+        self._workers = workers
+        self.pods = WatchLoop("pods", kube.core.list_pod_for_all_namespaces,
+                              on_event=self._on_pod, on_relist=self._on_pod_relist,
+                              stop=self.stop_event)
+        self.nodes = WatchLoop("nodes", kube.core.list_node, on_event=self._on_node,
+                               on_relist=self._on_node_relist, stop=self.stop_event)
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> ClusterWatcher:
+        for target, name in ((self.pods.run, "watch-pods"), (self.nodes.run, "watch-nodes")):
+            self._threads.append(threading.Thread(target=target, name=name, daemon=True))
+        for i in range(self._workers):
+            self._threads.append(threading.Thread(target=self._work, name=f"capture-{i}",
+                                                  daemon=True))
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stop_event.set()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    # --- pods ----------------------------------------------------------------------------------
+
+    def _on_pod(self, event_type: str, pod: dict[str, Any]) -> None:
+        if event_type == "DELETED":
+            self._detect(pod)  # a last status may carry a restart
+            return
+        self._detect(pod)
+
+    def _on_pod_relist(self, pods: list[dict[str, Any]]) -> None:
+        log.info("pods relisted: %d pods; reconciling restarts", len(pods))
+        for pod in pods:
+            self._detect(pod)
+
+    def _detect(self, pod: dict[str, Any]) -> None:
+        observed = _now()
+        with self._lock:
+            known = {}
+            for cs in ((pod.get("status") or {}).get("containerStatuses") or []) + (
+                    (pod.get("status") or {}).get("initContainerStatuses") or []):
+                key = f"{pod['metadata'].get('uid')}/{cs['name']}"
+                known[key] = max(self.reported.get(key), self._pending.get(key, 0))
+            found = detect_restarts(pod, known)
+            for restart in found:
+                self._pending[restart.key] = restart.restart_count
+        for restart in found:
+            self.stats.detected += 1
+            self._queue.put((restart, pod, observed))  # blocks when full: backpressure
+            self.stats.queue_high_water = max(self.stats.queue_high_water, self._queue.qsize())
+
+    def _work(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                restart, pod, observed = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                self._report(restart, pod, observed)
+            except Exception:
+                self.stats.capture_errors += 1
+                log.exception("could not report restart %s", restart.identity)
+                with self._lock:
+                    if self._pending.get(restart.key) == restart.restart_count:
+                        del self._pending[restart.key]  # a later update will retry it
+            finally:
+                self._queue.task_done()
+
+    def _report(self, restart: DetectedRestart, pod: dict[str, Any], observed: datetime) -> None:
+        evidence = self.capture.capture(restart, pod, observed.isoformat())
+        payload = self._fit(evidence)
+        w = evidence.workload
+        event = build_event(
+            obj="pod", what="restarted", cluster=self.cluster, kind="Pod",
+            namespace=restart.namespace, name=restart.pod, identity=restart.identity,
+            payload=payload,
+            labels={"gpuops.workload": evidence.workload_key, "gpuops.container": restart.container,
+                    "gpuops.node": evidence.node},
+            related_resources=[workload_related(self.cluster, w.kind, w.namespace, w.name)])
+        self.sender.send([event], stop=self.stop_event)
+        self.stats.emitted += 1
+        self.stats.detect_latencies_s.append((_now() - observed).total_seconds())
+        with self._lock:
+            self.reported.mark(restart.key, restart.restart_count)
+            if self._pending.get(restart.key) == restart.restart_count:
+                del self._pending[restart.key]
+
+    def _fit(self, evidence: RestartEvidence) -> dict[str, Any]:
+        """The event payload; a log too big for an event goes to result storage instead."""
+        payload = evidence.model_dump(mode="json")
+        import json
+
+        if len(json.dumps(payload)) <= PAYLOAD_LIMIT_BYTES:
+            return payload
+        from prefect.results import get_default_result_storage
+
+        ref = f"gpuops/evidence/{evidence.identity.replace('/', '_')}.log"
+        get_default_result_storage().write_path(ref, evidence.previous_log.encode())
+        payload["previous_log"] = evidence.previous_log[-INLINE_LOG_BYTES:]
+        payload["previous_log_ref"] = ref
+        return payload
+
+    # --- nodes ---------------------------------------------------------------------------------
+
+    def _node_state(self, node: dict[str, Any]) -> tuple[bool, str]:
+        ready = next((c.get("status", "Unknown") for c in (node.get("status") or {}).get(
+            "conditions") or [] if c.get("type") == "Ready"), "Unknown")
+        return bool((node.get("spec") or {}).get("unschedulable")), ready
+
+    def _on_node_relist(self, nodes: list[dict[str, Any]]) -> None:
+        for node in nodes:
+            self._on_node("MODIFIED", node)
+
+    def _on_node(self, event_type: str, node: dict[str, Any]) -> None:
+        name = node["metadata"]["name"]
+        if event_type == "DELETED":
+            self._nodes.pop(name, None)
+            return
+        new = self._node_state(node)
+        old = self._nodes.get(name)
+        self._nodes[name] = new
+        if old is None:
+            return  # first sight: nothing changed that we saw
+        changes = []
+        if new[0] != old[0]:
+            changes.append("cordoned" if new[0] else "uncordoned")
+        if new[1] != old[1]:
+            changes.append("ready" if new[1] == "True" else "not-ready")
+        for what in changes:
+            event = build_event(obj="node", what=what, cluster=self.cluster, kind="Node",
+                                namespace=None, name=name,
+                                identity=f"{name}/{what}/{node['metadata'].get('resourceVersion')}",
+                                payload={"unschedulable": new[0], "ready": new[1]})
+            self.sender.send([event], stop=self.stop_event)
+            self.stats.node_events += 1

@@ -1,0 +1,203 @@
+"""Capture the evidence of one restart before it vanishes, through the Kubernetes API.
+
+The previous container's log exists only until the next restart, and events expire after
+an hour: this runs the moment a restart is seen. Reads that fail (a log already rotated, a
+forbidden owner) are recorded in the evidence rather than dropping the restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuops.common.errors import KubeError, KubeNotFound
+from gpuops.common.redact import pod_env_secrets, redact, redact_text
+from gpuops.sensors.restart_detector import DetectedRestart
+from gpuops.tasks.evidence import (
+    ContainerState,
+    KubeEvent,
+    NodeCondition,
+    RestartEvidence,
+    TerminatedState,
+    Workload,
+    XidEvent,
+)
+from gpuops.tasks.kube import Kube
+
+log = logging.getLogger("gpuops.sensors.capture")
+
+XID_REASONS = {"GPUXid", "XidError", "NVRMXid", "GPUXidError"}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def container_state(raw: dict[str, Any] | None) -> ContainerState:
+    raw = raw or {}
+    term = raw.get("terminated")
+    return ContainerState(
+        waiting_reason=(raw.get("waiting") or {}).get("reason", ""),
+        waiting_message=(raw.get("waiting") or {}).get("message", ""),
+        running_since=(raw.get("running") or {}).get("startedAt"),
+        terminated=None if not term else TerminatedState(
+            reason=term.get("reason", ""), exit_code=term.get("exitCode"),
+            signal=term.get("signal"), message=term.get("message", ""),
+            started_at=term.get("startedAt"), finished_at=term.get("finishedAt")))
+
+
+def to_event(raw: dict[str, Any]) -> KubeEvent:
+    involved = raw.get("involvedObject") or raw.get("regarding") or {}
+    return KubeEvent(type=raw.get("type", "Normal"), reason=raw.get("reason", ""),
+                     message=raw.get("message") or raw.get("note") or "",
+                     count=raw.get("count") or 1,
+                     last_seen=raw.get("lastTimestamp") or raw.get("eventTime"),
+                     source=(raw.get("source") or {}).get("component", ""),
+                     object_kind=involved.get("kind", ""), object_name=involved.get("name", ""))
+
+
+def xids_from(node: dict[str, Any], node_events: list[KubeEvent]) -> list[XidEvent]:
+    """GPU Xid errors on a node: from Xid events (DCGM / device plugin) and, where an
+    exporter records them, the node annotation `sim.gpuops.io/xid-events` style list."""
+    import json
+    import re
+
+    found = []
+    for ev in node_events:
+        m = re.search(r"\bXid[\s:(]*(\d+)", ev.message)
+        if ev.reason in XID_REASONS or m:
+            if m:
+                gpu = re.search(r"GPU[\s-]*(\d+)", ev.message)
+                found.append(XidEvent(xid=int(m.group(1)), gpu=int(gpu.group(1)) if gpu else None,
+                                      time=ev.last_seen, message=ev.message))
+    for key, value in ((node.get("metadata") or {}).get("annotations") or {}).items():
+        if key.endswith("/xid-events"):
+            try:
+                for item in json.loads(value):
+                    found.append(XidEvent(xid=int(item["xid"]), gpu=item.get("gpu"),
+                                          time=str(item.get("time")) if item.get("time") else None,
+                                          message=str(item.get("message", ""))))
+            except (ValueError, KeyError, TypeError):
+                log.warning("unreadable Xid annotation %s on node %s", key,
+                            node["metadata"].get("name"))
+    return found
+
+
+def _rolling_out(owner: dict[str, Any]) -> bool:
+    status, spec = owner.get("status") or {}, owner.get("spec") or {}
+    if owner.get("kind") not in ("Deployment", "StatefulSet", "DaemonSet", "LeaderWorkerSet"):
+        return False
+    if (owner.get("metadata") or {}).get("generation", 0) > status.get("observedGeneration", 0):
+        return True
+    replicas = spec.get("replicas", 1)
+    return status.get("updatedReplicas", replicas) < replicas or (
+        status.get("replicas", replicas) > replicas)
+
+
+class EvidenceCapture:
+    def __init__(self, kube: Kube, *, log_cap_bytes: int = 1 << 20, max_events: int = 30) -> None:
+        self.kube = kube
+        self.log_cap_bytes = log_cap_bytes
+        self.max_events = max_events
+        self._owners: dict[str, dict[str, Any]] = {}
+        self._namespaces: dict[str, dict[str, Any]] = {}
+
+    def capture(self, restart: DetectedRestart, pod: dict[str, Any], observed_at: str
+                ) -> RestartEvidence:
+        ns, name = restart.namespace, restart.pod
+        log_text, log_bytes, truncated, log_error = self._previous_log(restart)
+        status = pod.get("status") or {}
+        cs = next((c for c in (status.get("initContainerStatuses") or [])
+                   + (status.get("containerStatuses") or []) if c["name"] == restart.container),
+                  {})
+        spec_c = next((c for c in ((pod.get("spec") or {}).get("initContainers") or [])
+                       + ((pod.get("spec") or {}).get("containers") or [])
+                       if c["name"] == restart.container), {})
+        node_name = (pod.get("spec") or {}).get("nodeName") or ""
+        pod_events = self._events(ns, f"involvedObject.name={name},involvedObject.uid="
+                                  f"{restart.pod_uid}")
+        node, node_events = {}, []
+        if node_name:
+            try:
+                node = self.kube.get_node(node_name)
+            except KubeError as e:
+                log.info("node %s unreadable: %s", node_name, e)
+            node_events = self._events(None, f"involvedObject.kind=Node,involvedObject.name="
+                                       f"{node_name}")
+        owner = self._owner(pod)
+        namespace = self._namespace(ns)
+        secrets = pod_env_secrets(pod)
+        resources = spec_c.get("resources") or {}
+        evidence = RestartEvidence(
+            cluster=self.kube.cluster_name, namespace=ns, pod=name, pod_uid=restart.pod_uid,
+            container=restart.container, container_kind=restart.kind,
+            restart_count=restart.restart_count, image=cs.get("image") or spec_c.get("image", ""),
+            node=node_name, requests={k: str(v) for k, v in (resources.get("requests") or {}).items()},
+            limits={k: str(v) for k, v in (resources.get("limits") or {}).items()},
+            last_state=container_state(cs.get("lastState")), state=container_state(cs.get("state")),
+            pod_phase=status.get("phase", ""),
+            pod_deleting=bool((pod.get("metadata") or {}).get("deletionTimestamp")),
+            pod_labels=(pod.get("metadata") or {}).get("labels") or {},
+            namespace_labels=(namespace.get("metadata") or {}).get("labels") or {},
+            namespace_annotations={k: v for k, v in ((namespace.get("metadata") or {}).get(
+                "annotations") or {}).items() if k.startswith("gpuops.io/")},
+            workload=Workload(kind=owner.get("kind", "Pod"),
+                              name=(owner.get("metadata") or {}).get("name", name),
+                              namespace=ns, uid=(owner.get("metadata") or {}).get("uid"),
+                              rolling_out=_rolling_out(owner)),
+            previous_log=redact_text(log_text, secrets), previous_log_bytes=log_bytes,
+            previous_log_truncated=truncated, log_error=log_error,
+            pod_events=pod_events, node_events=node_events,
+            node_conditions=[NodeCondition(type=c.get("type", ""), status=c.get("status", ""),
+                                           reason=c.get("reason", ""),
+                                           message=c.get("message", ""))
+                             for c in (node.get("status") or {}).get("conditions") or []],
+            node_xids=xids_from(node, node_events), observed_at=observed_at,
+            captured_at=_now(), restarts_missed=restart.missed)
+        # Defence in depth: no literal env value of this pod leaves in any field.
+        return RestartEvidence.model_validate(redact(evidence.model_dump(), secrets))
+
+    def _previous_log(self, restart: DetectedRestart) -> tuple[str, int, bool, str]:
+        try:
+            text = self.kube.read_log(restart.namespace, restart.pod, restart.container,
+                                      previous=True, limit_bytes=self.log_cap_bytes + 1)
+        except KubeError as e:
+            return "", 0, False, str(e)
+        raw = text.encode()
+        truncated = len(raw) > self.log_cap_bytes
+        if truncated:  # keep the end: the last lines say why it died
+            raw = raw[-self.log_cap_bytes:]
+        return raw.decode(errors="replace"), len(raw), truncated, ""
+
+    def _events(self, namespace: str | None, selector: str) -> list[KubeEvent]:
+        try:
+            raw = self.kube.list_events(namespace, field_selector=selector)
+        except KubeError as e:
+            log.info("events %s unreadable: %s", selector, e)
+            return []
+        raw.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return [to_event(e) for e in raw[-self.max_events:]]
+
+    def _owner(self, pod: dict[str, Any]) -> dict[str, Any]:
+        refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+        ref = next((r for r in refs if r.get("controller")), None)
+        if ref is None:
+            return pod
+        # Rollout state changes, so owners are re-read; only the chain shape is cached.
+        try:
+            return self.kube.top_owner(pod)
+        except KubeError as e:
+            log.info("owner of %s unreadable: %s", pod["metadata"]["name"], e)
+            return {"kind": ref["kind"], "metadata": {"name": ref["name"], "uid": ref.get("uid")}}
+
+    def _namespace(self, name: str) -> dict[str, Any]:
+        if name not in self._namespaces:
+            try:
+                self._namespaces[name] = self.kube.get_namespace(name)
+            except KubeNotFound:
+                self._namespaces[name] = {}
+            except KubeError as e:
+                log.info("namespace %s unreadable: %s", name, e)
+                return {}
+        return self._namespaces[name]

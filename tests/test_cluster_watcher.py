@@ -1,0 +1,116 @@
+"""The cluster watcher against simcluster and a real Prefect server: every restart is
+reported once with its evidence, across dropped watches, a forced 410 and a watcher restart."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from prefect.client.orchestration import get_client
+from prefect.events.filters import (
+    EventFilter,
+    EventNameFilter,
+    EventOccurredFilter,
+)
+
+from gpuops.sensors.cluster_watcher import ClusterWatcher
+from gpuops.tasks.evidence import RestartEvidence
+from gpuops.tasks.kube import Kube
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+GPU_NODE = {"metadata": {"name": "gpu-a", "labels": {"gpuops.io/pool": "h100"}},
+            "status": {"capacity": {"cpu": "96", "memory": "1Ti", "pods": "110",
+                                    "nvidia.com/gpu": "8"},
+                       "allocatable": {"cpu": "96", "memory": "1Ti", "pods": "110",
+                                       "nvidia.com/gpu": "8"},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def make_pod(v1, name: str, env_secret: str = "hunter2-pa55w0rd") -> None:
+    v1.create_namespaced_pod("default", {
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"nodeName": "gpu-a",
+                 "initContainers": [{"name": "fetch-weights", "image": "busybox:1"}],
+                 "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                                 "env": [{"name": "DB_PASSWORD", "value": env_secret}],
+                                 "resources": {"limits": {"nvidia.com/gpu": "1",
+                                                          "memory": "16Gi"}}}]}})
+
+
+def restart_events(since) -> list:
+    async def read() -> list:
+        async with get_client() as c:
+            page = await c.read_events(filter=EventFilter(
+                event=EventNameFilter(name=["gpuops.pod.restarted"]),
+                occurred=EventOccurredFilter(since=since)), limit=50)
+            events = list(page.events)
+            while page.next_page:
+                page = await c.read_events_page(page.next_page)
+                events += page.events
+            return events
+    return asyncio.run(read())
+
+
+def restart_count(v1, name: str, container: str = "vllm") -> int:
+    pod = v1.read_namespaced_pod(name, "default")
+    return next((c.restart_count for c in pod.status.container_statuses or []
+                 if c.name == container), 0)
+
+
+def test_every_restart_is_reported_once_with_its_evidence(prefect_server, sim_factory,
+                                                          tmp_path: Path):
+    from datetime import datetime
+    since = datetime.now(UTC)
+    sim = sim_factory("empty", speed=10)
+    v1 = client.CoreV1Api(sim.api)
+    v1.create_node(GPU_NODE)
+    make_pod(v1, "crashy")
+    wait_for(lambda: v1.read_namespaced_pod("crashy", "default").status.phase == "Running",
+             timeout=30, message="crashy running")
+    kube = Kube(sim.api, cluster_name="test")
+    watcher = ClusterWatcher(kube, state_file=tmp_path / "reported.json").start()
+    try:
+        sim.fault("crashloop", "default/crashy", after_seconds=0.2, exit_code=3,
+                  error="RuntimeError: boom Bearer abcdefghijklmnopqrstuvwxyz")
+        wait_for(lambda: restart_count(v1, "crashy") >= 2, timeout=60, message="two restarts")
+        sim.fault("drop-watches")
+        sim.advance(30)
+        wait_for(lambda: restart_count(v1, "crashy") >= 3, timeout=60, message="three restarts")
+    finally:
+        watcher.stop()
+    # A new watcher (restarted process) with the same state file; a forced 410 meanwhile.
+    sim.fault("force-410")
+    sim.advance(60)
+    wait_for(lambda: restart_count(v1, "crashy") >= 4, timeout=60, message="four restarts")
+    sim.fault("recover", "default/crashy")
+    watcher = ClusterWatcher(kube, state_file=tmp_path / "reported.json").start()
+    try:
+        wait_for(lambda: max((e.payload["restart_count"] for e in restart_events(since)),
+                             default=0) == restart_count(v1, "crashy"), timeout=60,
+                 message="the last restart reported")
+        time.sleep(1)  # anything reported twice would arrive now
+    finally:
+        watcher.stop()
+    final = restart_count(v1, "crashy")
+    events = [e for e in restart_events(since) if e.payload["container"] == "vllm"]
+    counts = [e.payload["restart_count"] for e in events]
+    assert len(counts) == len(set(counts)), f"a restart was reported twice: {counts}"
+    assert max(counts) == final
+    # Every restart is either reported with evidence or counted as missed (no log left).
+    assert len(counts) + sum(e.payload["restarts_missed"] for e in events) == final
+    evidence = RestartEvidence.model_validate(max(events, key=lambda e: e.payload[
+        "restart_count"]).payload)
+    assert evidence.container == "vllm" and evidence.container_kind == "app"
+    assert evidence.last_state.terminated and evidence.last_state.terminated.exit_code == 3
+    assert "RuntimeError: boom" in evidence.previous_log
+    for event in events:
+        assert "abcdefghijklmnopqrstuvwxyz" not in str(event.payload)
+        assert "hunter2-pa55w0rd" not in str(event.payload)
+    assert evidence.workload.kind == "Pod" and evidence.node == "gpu-a"
+    assert events[-1].resource["prefect.resource.id"] == "k8s.test.pod.default.crashy"
