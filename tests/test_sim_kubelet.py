@@ -100,6 +100,54 @@ def test_crashloop_backoff_doubles_from_10s_to_a_5_minute_cap_and_resets_after_1
     assert [go_duration(s) for s in (10, 80, 160, 300)] == ["10s", "1m20s", "2m40s", "5m0s"]
 
 
+class _QuietWorld:
+    """The lifecycle's questions answered for a pod alone on a node: images pull, configs
+    exist, and one crashloop fault is active."""
+
+    def __init__(self, fault) -> None:
+        self.fault, self.images = fault, set()
+
+    def pull_error(self, pod, spec):
+        return None
+
+    def image_present(self, pod, image):
+        return image in self.images
+
+    def image_pulled(self, pod, image):
+        self.images.add(image)
+
+    def config_error(self, pod, refs):
+        return None
+
+    def faults(self, pod, container):
+        return [self.fault]
+
+    def fault_fired(self, pod, container, fault):
+        fault.fired += 1
+
+
+def test_a_ten_minute_clock_jump_replays_the_crash_loop_at_its_own_times():
+    from gpuops.simcluster.containerlogs import LogContext
+    from gpuops.simcluster.kubeletspec import pod_spec_view
+    from gpuops.simcluster.podlifecycle import advance
+    from gpuops.simcluster.podruntime import Fault, Outbox, new_pod_runtime
+
+    view = pod_spec_view({"metadata": {}, "spec": {"containers": [
+        {"name": "app", "image": "ghcr.io/acme/api:1.4.2"}]}})
+    pod = new_pod_runtime("ns", "p", "uid-1", "node", view, now=0.0, host_ip="10.0.0.1",
+                          pod_ip="10.1.0.2", ctx=LogContext("p", "ns"))
+    out = Outbox()
+    advance(pod, 600.0, _QuietWorld(Fault("crashloop", {"after_seconds": 5}, 0.0)), out)
+    app = pod.containers[0]
+    # Started at 2 s (pull); each instance runs 5 s; back-offs 0, 10, 20, 40, 80, 160, 300.
+    starts = [2, 7, 22, 47, 92, 177, 342]
+    assert app.restart_count == len(starts) - 1
+    assert app.stage == "backoff" and "back-off 5m0s" in app.waiting_message
+    assert app.terminated["finishedAt"].endswith("00:05:47Z")  # 342 + 5 s after the epoch
+    assert sum(1 for op, *_ in out.logs if op == "rotate") == len(starts)
+    assert len([e for e in out.events if e[2] == "Started"]) == len(starts)
+
+
 # --- starting --------------------------------------------------------------------------------
 
 def test_pod_bound_to_a_node_runs_and_becomes_ready_with_full_status(sim, core):

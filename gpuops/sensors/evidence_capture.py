@@ -7,7 +7,9 @@ forbidden owner) are recorded in the evidence rather than dropping the restart.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,9 +17,10 @@ from gpuops.common.errors import KubeError, KubeNotFound
 from gpuops.common.redact import pod_env_secrets, redact, redact_text
 from gpuops.sensors.restart_detector import DetectedRestart
 from gpuops.tasks.evidence import (
+    Condition,
     ContainerState,
     KubeEvent,
-    NodeCondition,
+    PodCondition,
     RestartEvidence,
     TerminatedState,
     Workload,
@@ -26,9 +29,6 @@ from gpuops.tasks.evidence import (
 from gpuops.tasks.kube import Kube
 
 log = logging.getLogger("gpuops.sensors.capture")
-
-XID_REASONS = {"GPUXid", "XidError", "NVRMXid", "GPUXidError"}
-
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
@@ -60,17 +60,13 @@ def to_event(raw: dict[str, Any]) -> KubeEvent:
 def xids_from(node: dict[str, Any], node_events: list[KubeEvent]) -> list[XidEvent]:
     """GPU Xid errors on a node: from Xid events (DCGM / device plugin) and, where an
     exporter records them, the node annotation `sim.gpuops.io/xid-events` style list."""
-    import json
-    import re
-
     found = []
     for ev in node_events:
         m = re.search(r"\bXid[\s:(]*(\d+)", ev.message)
-        if ev.reason in XID_REASONS or m:
-            if m:
-                gpu = re.search(r"GPU[\s-]*(\d+)", ev.message)
-                found.append(XidEvent(xid=int(m.group(1)), gpu=int(gpu.group(1)) if gpu else None,
-                                      time=ev.last_seen, message=ev.message))
+        if m:
+            gpu = re.search(r"GPU[\s-]*(\d+)", ev.message)
+            found.append(XidEvent(xid=int(m.group(1)), gpu=int(gpu.group(1)) if gpu else None,
+                                  time=ev.last_seen, message=ev.message))
     for key, value in ((node.get("metadata") or {}).get("annotations") or {}).items():
         if key.endswith("/xid-events"):
             try:
@@ -132,7 +128,13 @@ class EvidenceCapture:
         evidence = RestartEvidence(
             cluster=self.kube.cluster_name, namespace=ns, pod=name, pod_uid=restart.pod_uid,
             container=restart.container, container_kind=restart.kind,
-            restart_count=restart.restart_count, image=cs.get("image") or spec_c.get("image", ""),
+            restart_count=restart.restart_count, trigger=restart.trigger,
+            trigger_reason=restart.reason, pod_reason=status.get("reason", ""),
+            pod_message=status.get("message", ""),
+            pod_conditions=[PodCondition(type=c.get("type", ""), status=c.get("status", ""),
+                                      reason=c.get("reason", ""), message=c.get("message", ""))
+                            for c in status.get("conditions") or []],
+            image=cs.get("image") or spec_c.get("image", ""),
             node=node_name, requests={k: str(v) for k, v in (resources.get("requests") or {}).items()},
             limits={k: str(v) for k, v in (resources.get("limits") or {}).items()},
             last_state=container_state(cs.get("lastState")), state=container_state(cs.get("state")),
@@ -149,7 +151,7 @@ class EvidenceCapture:
             previous_log=redact_text(log_text, secrets), previous_log_bytes=log_bytes,
             previous_log_truncated=truncated, log_error=log_error,
             pod_events=pod_events, node_events=node_events,
-            node_conditions=[NodeCondition(type=c.get("type", ""), status=c.get("status", ""),
+            node_conditions=[Condition(type=c.get("type", ""), status=c.get("status", ""),
                                            reason=c.get("reason", ""),
                                            message=c.get("message", ""))
                              for c in (node.get("status") or {}).get("conditions") or []],
@@ -159,6 +161,8 @@ class EvidenceCapture:
         return RestartEvidence.model_validate(redact(evidence.model_dump(), secrets))
 
     def _previous_log(self, restart: DetectedRestart) -> tuple[str, int, bool, str]:
+        if restart.trigger == "waiting" or restart.restart_count == 0:
+            return "", 0, False, "no previous container instance"
         try:
             text = self.kube.read_log(restart.namespace, restart.pod, restart.container,
                                       previous=True, limit_bytes=self.log_cap_bytes + 1)

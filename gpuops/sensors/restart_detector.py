@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 ContainerKind = Literal["init", "sidecar", "app"]
+Trigger = Literal["restart", "pod-failed", "waiting"]
+
+# Waiting reasons that mean the container cannot start at all: no restartCount will ever
+# show them, so they are reported once per (pod, container, reason).
+STUCK_WAITING = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName",
+                 "CreateContainerConfigError", "CreateContainerError"}
 
 
 @dataclass(frozen=True)
@@ -26,14 +32,19 @@ class DetectedRestart:
     kind: ContainerKind
     restart_count: int
     missed: int  # earlier restarts not seen (no evidence left for them)
+    trigger: Trigger = "restart"
+    reason: str = ""  # for pod-failed / waiting: the pod's or the container's reason
 
     @property
     def identity(self) -> str:
-        return f"{self.pod_uid}/{self.container}/{self.restart_count}"
+        base = f"{self.pod_uid}/{self.container}/{self.restart_count}"
+        return base if self.trigger == "restart" else f"{base}/{self.trigger}-{self.reason}"
 
     @property
     def key(self) -> str:
-        return f"{self.pod_uid}/{self.container}"
+        """What `ReportedStore` counts per: a container's restarts, or a one-off trigger."""
+        base = f"{self.pod_uid}/{self.container}"
+        return base if self.trigger == "restart" else f"{base}#{self.trigger}-{self.reason}"
 
 
 def container_kinds(pod: dict[str, Any]) -> dict[str, ContainerKind]:
@@ -54,19 +65,46 @@ def detect_restarts(pod: dict[str, Any], reported: dict[str, int]) -> list[Detec
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     kinds = container_kinds(pod)
+    ident = (meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
     found = []
-    for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+    statuses = (status.get("initContainerStatuses") or []) + (status.get("containerStatuses")
+                                                              or [])
+    for cs in statuses:
         count = int(cs.get("restartCount") or 0)
+        kind = kinds.get(cs["name"], "app")
+        waiting = ((cs.get("state") or {}).get("waiting") or {}).get("reason", "")
+        if waiting in STUCK_WAITING:
+            stuck = DetectedRestart(*ident, cs["name"], kind, count, 0, "waiting", waiting)
+            if reported.get(stuck.key, 0) < 1:
+                found.append(stuck)
         if count <= 0 or not (cs.get("lastState") or {}).get("terminated"):
             continue
-        key = f"{meta.get('uid')}/{cs['name']}"
-        last = reported.get(key, 0)
+        last = reported.get(f"{ident[2]}/{cs['name']}", 0)
         if count > last:
-            found.append(DetectedRestart(meta.get("namespace", ""), meta.get("name", ""),
-                                         meta.get("uid", ""), cs["name"],
-                                         kinds.get(cs["name"], "app"), count,
+            found.append(DetectedRestart(*ident, cs["name"], kind, count,
                                          missed=max(0, count - last - 1)))
+    failed = pod_failure_reason(pod)
+    if failed and statuses:
+        main = next((cs for cs in status.get("containerStatuses") or []), statuses[0])
+        gone = DetectedRestart(*ident, main["name"], kinds.get(main["name"], "app"),
+                               int(main.get("restartCount") or 0), 0, "pod-failed", failed)
+        if reported.get(gone.key, 0) < 1:
+            found.append(gone)
     return found
+
+
+def pod_failure_reason(pod: dict[str, Any]) -> str:
+    """Why a pod was taken away (evicted, preempted, node shutdown...), or "" if it was not.
+
+    These end a pod rather than restart a container: the workload replaces the pod, and the
+    cause is still a restart of the workload that a person wants explained."""
+    status = pod.get("status") or {}
+    if status.get("phase") == "Failed" and status.get("reason"):
+        return str(status["reason"])
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return str(cond.get("reason") or "DisruptionTarget")
+    return ""
 
 
 class ReportedStore:

@@ -61,7 +61,7 @@ class ApiServer:
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if not request.path.startswith("/admin"):
+        if not request.path.startswith(("/admin", "/metrics")):
             try:
                 await self.faults.before_request(request.method, request.path)
             except errors.ApiError as e:

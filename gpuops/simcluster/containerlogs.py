@@ -74,8 +74,18 @@ def gpu_capacity_gib(product: str) -> float:
 
 
 def model_name(spec: ContainerSpec) -> str:
+    model = spec.arg("--model")
+    if model:
+        return model
     tail = spec.image.rsplit("/", 1)[-1].split(":")[0]
     return "meta-llama/Llama-3.1-8B-Instruct" if "vllm" in tail else tail
+
+
+def _image_version(image: str, default: str) -> str:
+    """`vllm/vllm-openai:v0.11.0` -> `0.11.0`; a tag that is no version gives `default`."""
+    tail = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    tag = tail.split(":", 1)[1].lstrip("v") if ":" in tail else ""
+    return tag if tag[:1].isdigit() else default
 
 
 def start_lines(spec: ContainerSpec, ts: float, ctx: LogContext) -> list[str]:
@@ -84,15 +94,18 @@ def start_lines(spec: ContainerSpec, ts: float, ctx: LogContext) -> list[str]:
         return [f"init: starting {spec.name} (image {spec.image})",
                 f"init: {spec.name}: preparing /workspace for {ctx.pod}"]
     if spec.workload == "serving":
-        t = _vllm_ts(ts)
+        t, model = _vllm_ts(ts), model_name(spec)
+        tp = spec.arg("--tensor-parallel-size") or max(spec.gpus, 1)
         return [f"INFO {t} [__init__.py:239] Automatically detected platform cuda.",
-                (f"INFO {t} [api_server.py:1043] vLLM API server version 0.9.1 "
-                f"(image {spec.image})"),
-                (f"INFO {t} [api_server.py:1044] args: Namespace(host=None, port=8000, "
-                f"model='{model_name(spec)}', tensor_parallel_size={max(spec.gpus, 1)}, "
-                "gpu_memory_utilization=0.9, max_model_len=8192)"),
+                (f"INFO {t} [api_server.py:1043] vLLM API server version "
+                 f"{_image_version(spec.image, '0.9.1')} (image {spec.image})"),
+                (f"INFO {t} [api_server.py:1044] args: Namespace(host=None, "
+                 f"port={spec.arg('--port') or 8000}, model='{model}', "
+                 f"tensor_parallel_size={tp}, gpu_memory_utilization="
+                 f"{spec.arg('--gpu-memory-utilization') or 0.9}, "
+                 f"max_model_len={spec.arg('--max-model-len') or 8192})"),
                 (f"INFO {t} [core.py:69] Initializing a V1 LLM engine with config: "
-                f"model='{model_name(spec)}', dtype=torch.bfloat16")]
+                 f"model='{model}', dtype=torch.bfloat16")]
     if spec.workload == "training":
         return [f"[rank{ctx.rank}]: starting {spec.name} from image {spec.image}",
                 (f"[rank{ctx.rank}]: torch 2.7.1+cu128, CUDA available: {spec.gpus > 0}, "

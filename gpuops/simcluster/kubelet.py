@@ -17,16 +17,14 @@ set `pull_seconds`, `image_pull_seconds` ({glob: seconds}) and the `Tunables` fi
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
-import json
-import logging
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from .clock import rfc3339
-from .containerlogs import PCI_BUS_IDS, XID_DESCRIPTIONS, LogContext
+from . import errors
+from .containerlogs import LogContext
 from .ctrlloop import ControllerLoop
 from .kubeletfaults import FaultBook, register_kubelet_faults
+from .kubeletnode import NodeInfo, assigned_gpu, record_xid
 from .kubeletspec import ConfigRef, ContainerSpec, pod_spec_view
 from .podlifecycle import (
     advance,
@@ -45,14 +43,9 @@ from .resources import ResourceType
 if TYPE_CHECKING:
     from .server import SimCluster
 
-log = logging.getLogger("gpuops.simcluster.kubelet")
-
 Obj = dict[str, Any]
 ORPHAN_GRACE_S = 40.0  # pod GC's quarantine for pods bound to a node that does not exist
-XID_ANNOTATION = "sim.gpuops.io/xid-events"
-MAX_XID_RECORDS = 100
 TERMINAL = ("Succeeded", "Failed")
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,30 +53,6 @@ class NodeKey:
     """Work about a node (it appeared, changed readiness, or went away)."""
 
     name: str
-
-
-@dataclasses.dataclass
-class NodeInfo:
-    index: int
-    host_ip: str
-    alive: bool
-    gpu_product: str
-    pod_cidr: str | None
-    next_ip: int = 0
-
-
-def _node_alive(node: Obj) -> bool:
-    for cond in (node.get("status") or {}).get("conditions") or ():
-        if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
-    return True  # a node object without conditions (made by hand) counts as up
-
-
-def _internal_ip(node: Obj) -> str | None:
-    for address in (node.get("status") or {}).get("addresses") or ():
-        if address.get("type") == "InternalIP" and address.get("address"):
-            return address["address"]
-    return None
 
 
 class _World:
@@ -96,6 +65,10 @@ class _World:
         return self.k.book.pull_error(pod.key, spec.name, spec.image)
 
     def image_present(self, pod: PodRuntime, image: str) -> bool:
+        faults = self.k.book.by_pod.get(pod.key, {})
+        if any(c.spec.image == image and "image-pull" in faults.get(c.name, {})
+               for c in pod.containers):
+            return False  # an image-pull fault on this pod: its pulls go to the registry
         return image in self.k.images.get(pod.node, ())
 
     def image_pulled(self, pod: PodRuntime, image: str) -> None:
@@ -211,24 +184,12 @@ class Kubelet(ControllerLoop):
     def _node_seen(self, node: Obj) -> None:
         name = node["metadata"]["name"]
         info = self.nodes.get(name)
-        alive = _node_alive(node)
         if info is None:
-            index = self._node_count
+            self.nodes[name] = NodeInfo.of(node, self._node_count)
             self._node_count += 1
-            host_ip = _internal_ip(node) or \
-                f"172.{16 + index // 62500}.{(index // 250) % 250}.{index % 250 + 2}"
-            self.nodes[name] = NodeInfo(index, host_ip, alive,
-                                        (node["metadata"].get("labels") or {}).get(
-                                            GPU_PRODUCT_LABEL, ""),
-                                        (node.get("spec") or {}).get("podCIDR"))
             self.enqueue(NodeKey(name))
-            return
-        info.gpu_product = (node["metadata"].get("labels") or {}).get(GPU_PRODUCT_LABEL, "")
-        info.host_ip = _internal_ip(node) or info.host_ip
-        if alive != info.alive:
-            info.alive = alive
-            if alive:
-                self.enqueue(NodeKey(name))
+        elif info.update(node):
+            self.enqueue(NodeKey(name))  # back from NotReady: its pods go on
 
     # --- syncing -------------------------------------------------------------------------------
 
@@ -253,11 +214,12 @@ class Kubelet(ControllerLoop):
         obj = self.store.find(self.pods_rt, *key)
         pod = self.pods.get(key)
         bound_at = min(self.bound_at.pop(key, now), now)
-        touched = self.touched_at.pop(key, None)
+        touched = self.touched_at.get(key)
         if obj is None:
             if pod is not None:
                 self._forget(pod)
             self.orphans.pop(key, None)
+            self.touched_at.pop(key, None)
             self.cluster.logs.forget_pod(*key)
             return
         meta, node = obj["metadata"], (obj.get("spec") or {}).get("nodeName")
@@ -281,6 +243,7 @@ class Kubelet(ControllerLoop):
         info = self.nodes.get(pod.node)
         if info is not None and info.alive and touched is not None:
             # Apply the change (spec, annotations, faults, a ConfigMap) as of when it happened.
+            del self.touched_at[key]
             at = min(max(touched, pod.admitted_at), now)
             self._catch_up(pod, at, out)
             view = pod_spec_view(obj, self.settings)
@@ -309,7 +272,7 @@ class Kubelet(ControllerLoop):
             self.by_node[node].discard(key)
             return None
         view = pod_spec_view(obj, self.settings)
-        pod_ip = info.host_ip if view.host_network else self._allocate_ip(info)
+        pod_ip = info.host_ip if view.host_network else info.allocate_ip()
         ctx = LogContext(pod=meta["name"], namespace=meta["namespace"],
                          gpu_product=info.gpu_product, rank=_rank(obj))
         pod = new_pod_runtime(meta["namespace"], meta["name"], meta["uid"], node, view, now=now,
@@ -348,8 +311,9 @@ class Kubelet(ControllerLoop):
 
     def _catch_up(self, pod: PodRuntime, now: float, out: Outbox) -> None:
         """Apply what is due; a deletion starts at the instant it was seen, not at `now`."""
-        if pod.deletion_grace is not None and pod.terminating_at is None and not pod.done:
-            at = min(max(pod.deletion_seen_at, pod.admitted_at), now)
+        at = max(pod.deletion_seen_at, pod.admitted_at)
+        if pod.deletion_grace is not None and pod.terminating_at is None and not pod.done \
+                and at <= now:
             advance(pod, at, self.world, out)
             begin_termination(pod, at, pod.deletion_grace, out)
         advance(pod, now, self.world, out)
@@ -414,18 +378,6 @@ class Kubelet(ControllerLoop):
             self.store.finalize_deletion(self.pods_rt, *key)
         self.cluster.logs.forget_pod(*key)
 
-    def _allocate_ip(self, info: NodeInfo) -> str:
-        host = 2 + info.next_ip % 252
-        info.next_ip += 1
-        if info.pod_cidr:
-            try:
-                network = ipaddress.ip_network(info.pod_cidr, strict=False)
-                return str(network[host % max(network.num_addresses - 1, 1)])
-            except (ValueError, IndexError):
-                pass  # an unusable podCIDR: fall back to the derived range below
-        i = info.index
-        return f"10.{1 + (i // 256) % 250}.{i % 256}.{host}"
-
     # --- hooks for the fault handlers ----------------------------------------------------------
 
     def faults_changed(self, key: PodKey) -> None:
@@ -433,8 +385,10 @@ class Kubelet(ControllerLoop):
 
     def evict(self, key: PodKey, resource: str, message: str | None) -> bool:
         pod = self.pods.get(key)
-        if pod is None or pod.done or pod.terminating_at is not None:
-            return False
+        info = self.nodes.get(pod.node) if pod is not None else None
+        if pod is None or pod.done or pod.terminating_at is not None or info is None \
+                or not info.alive:
+            return False  # a kubelet that is down evicts nothing
         now = self.clock.time()
         out = Outbox()
         advance(pod, now, self.world, out)
@@ -457,7 +411,6 @@ class Kubelet(ControllerLoop):
 
     def node_xid(self, node: str, xid: int, gpu: int) -> list[PodKey]:
         if self.store.find(self.nodes_rt, None, node) is None:
-            from . import errors
             raise errors.not_found("nodes", node)
         now = self.clock.time()
         self.record_xid(node, xid, gpu, now, None)
@@ -475,44 +428,12 @@ class Kubelet(ControllerLoop):
         return hit
 
     def assigned_gpu(self, key: PodKey) -> int | None:
-        """The first GPU index the metrics engine gave this pod (dcgm's view), if it runs."""
-        engine = getattr(self.cluster, "metrics_engine", None)
-        assigner = getattr(getattr(engine, "index", None), "gpus", None)
-        pod, node = self.pods.get(key), None
-        if pod is not None:
-            node = self.store.find(self.nodes_rt, None, pod.node)
-        if assigner is None or pod is None or node is None:
-            return None
-        from .gpus import gpu_capacity
-
-        held = assigner.holders(pod.node, gpu_capacity(node))
-        return min((i for i, h in held.items() if h.pod.uid == pod.uid), default=None)
+        pod = self.pods.get(key)
+        node = self.store.find(self.nodes_rt, None, pod.node) if pod is not None else None
+        return None if pod is None or node is None else assigned_gpu(self.cluster, node, pod.uid)
 
     def record_xid(self, node: str, xid: int, gpu: int, ts: float, pod: str | None) -> None:
-        """What the GPU stack leaves on the node: a Warning event and the Xid history."""
-        obj = self.store.find(self.nodes_rt, None, node)
-        if obj is None:
-            return
-        bus = PCI_BUS_IDS[gpu % len(PCI_BUS_IDS)]
-        description = XID_DESCRIPTIONS.get(xid, "Unknown Xid error")
-        record_event(self.cluster, obj, "GPUXid", f"Xid {xid}: {description} (GPU {gpu}, "
-                     f"PCI {bus})", type="Warning", component="kernel-monitor", host=node)
-        entry: dict[str, Any] = {"xid": xid, "gpu": gpu, "pciBusId": bus, "time": rfc3339(ts),
-                                 "message": description}
-        if pod:
-            entry["pod"] = pod
-
-        def add(n: Obj) -> None:
-            annotations = n["metadata"].setdefault("annotations", {})
-            try:
-                history = json.loads(annotations.get(XID_ANNOTATION) or "[]")
-            except ValueError:
-                history = []
-            if not isinstance(history, list):
-                history = []
-            annotations[XID_ANNOTATION] = json.dumps((history + [entry])[-MAX_XID_RECORDS:])
-
-        self.store.mutate(self.nodes_rt, None, node, add)
+        record_xid(self.cluster, node, xid, gpu, ts, pod)
 
 
 def _key(obj: Obj) -> PodKey:

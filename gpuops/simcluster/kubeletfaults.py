@@ -18,7 +18,7 @@ fault strikes (measured from injection for a running instance).
 | `nccl-timeout` | exit 134 (SIGABRT), NCCL watchdog lines | rank (job index), seq (4211), op (ALLREDUCE), timeout_ms (600000), after_seconds (30) |
 | `gpu-xid` | Warning event `GPUXid` on the node (`Xid 79: GPU has fallen off the bus ...`), the node annotation `sim.gpuops.io/xid-events` (JSON list), CUDA error in the log, exit 1; after a hardware Xid later instances fail with `no CUDA-capable device` (application Xids 13/31/43/45/68/109 are one-shot) | xid (79), gpu (the pod's first GPU as the metrics show it, else 0), after_seconds (1). A node name as target records the Xid on the node and crashes its GPU pods once |
 | `liveness` | the liveness probe fails: `Unhealthy` events, `Killing` "failed liveness probe, will be restarted", exit 137 | (the container's probe settings) |
-| `image-pull` | ErrImagePull then ImagePullBackOff, `Failed` events | image (every pull of that image fails, cluster-wide), reason (NotFound, Unauthorized, Timeout) |
+| `image-pull` | ErrImagePull then ImagePullBackOff, `Failed` events | image (no target: every pull of that image fails, cluster-wide; nodes that have it cached still start it with IfNotPresent), reason (NotFound, Unauthorized, Timeout). With a pod target, that pod's next pulls fail (its running containers keep running until they restart) |
 | `config-error` | exit 1 with `KeyError: 'MODEL_NAME'` | key (MODEL_NAME), after_seconds (1) |
 | `evict` | pod Failed, reason Evicted, `The node was low on resource: memory. ...`, DisruptionTarget condition | resource (memory), message |
 | `recover` | clears faults of the target (all, or `params.kind`), rules with the same selector, `params.image` | kind, container, image |

@@ -109,6 +109,16 @@ class ContainerSpec:
     liveness: Probe | None = None
     startup: Probe | None = None
     config_refs: tuple[ConfigRef, ...] = ()
+    args: tuple[str, ...] = ()  # command and args, for the log lines that echo them
+
+    def arg(self, flag: str) -> str | None:
+        """The value of `--flag value` or `--flag=value` on the command line, if given."""
+        for i, token in enumerate(self.args):
+            if token == flag and i + 1 < len(self.args):
+                return self.args[i + 1]
+            if token.startswith(flag + "="):
+                return token.split("=", 1)[1]
+        return None
 
 
 @dataclass(frozen=True)
@@ -260,6 +270,7 @@ def container_spec(raw: dict[str, Any], role: str, annotations: dict[str, str],
         liveness=_probe(raw.get("livenessProbe")),
         startup=_probe(raw.get("startupProbe")),
         config_refs=_config_refs(raw),
+        args=tuple(str(a) for a in (raw.get("command") or []) + (raw.get("args") or [])),
     )
 
 

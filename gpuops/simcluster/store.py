@@ -198,7 +198,10 @@ class Store:
         old_meta, meta = old["metadata"], new.setdefault("metadata", {})
         if subresource == "status":
             # Only status changes through the status subresource.
-            new = {**copy.deepcopy(old), "status": new.get("status", old.get("status"))}
+            # Shallow: stored objects are never mutated, so the new version may share every
+            # part of the old one but its (copied) metadata and its new status.
+            new = {**old, "metadata": dict(old_meta), "status": new.get("status",
+                                                                        old.get("status"))}
             meta = new["metadata"]
         elif "status" in rt.subresources and subresource is None and rt.key != "namespaces":
             new["status"] = copy.deepcopy(old.get("status"))

@@ -49,7 +49,9 @@ class KubeEvent(_Model):
     field_path: str = ""
 
 
-class NodeCondition(_Model):
+class Condition(_Model):
+    """A node's or a pod's condition."""
+
     type: str
     status: str
     reason: str = ""
@@ -63,6 +65,9 @@ class PodCondition(_Model):
     status: str
     reason: str = ""
     message: str = ""
+
+
+NodeCondition = Condition  # the name the diagnosis rules use
 
 
 class XidEvent(_Model):
@@ -92,6 +97,10 @@ class RestartEvidence(_Model):
     container: str
     container_kind: Literal["init", "sidecar", "app"] = "app"
     restart_count: int = Field(ge=0)
+    #: what was seen: a container restart, a pod taken away (evicted, preempted, node
+    #: failure), or a container stuck before it could start (image pull, config error)
+    trigger: Literal["restart", "pod-failed", "waiting"] = "restart"
+    trigger_reason: str = ""  # the pod's failure reason, or the container's waiting reason
     image: str = ""
     node: str = ""
     requests: dict[str, str] = Field(default_factory=dict)
@@ -115,7 +124,7 @@ class RestartEvidence(_Model):
     log_error: str = ""  # why the previous log could not be read, if it could not
     pod_events: list[KubeEvent] = Field(default_factory=list)
     node_events: list[KubeEvent] = Field(default_factory=list)
-    node_conditions: list[NodeCondition] = Field(default_factory=list)
+    node_conditions: list[Condition] = Field(default_factory=list)
     node_xids: list[XidEvent] = Field(default_factory=list)
     restarts_missed: int = 0  # earlier restarts seen only by their count (no evidence left)
     observed_at: str  # when the API server showed the restart (watch event received)
@@ -123,7 +132,10 @@ class RestartEvidence(_Model):
 
     @property
     def identity(self) -> str:
-        return f"{self.pod_uid}/{self.container}/{self.restart_count}"
+        base = f"{self.pod_uid}/{self.container}/{self.restart_count}"
+        if self.trigger == "restart":
+            return base
+        return f"{base}/{self.trigger}-{self.trigger_reason}"
 
     @property
     def workload_key(self) -> str:

@@ -1,0 +1,48 @@
+"""The restart-diagnostics policy: filters, routing, caps and thresholds, as a Prefect Block.
+
+Every field has a default that works out of the box; operators change them in the UI.
+"""
+
+from __future__ import annotations
+
+from prefect.blocks.core import Block
+from pydantic import Field
+
+
+class RestartPolicy(Block):
+    _block_type_name = "gpuops restart policy"
+    _block_type_slug = "gpuops-restart-policy"
+    _description = "Which restarts gpuops reports, where, and how often."
+
+    namespaces_allow: list[str] = Field(default_factory=list, description="Only these "
+                                        "namespaces (empty: all).", examples=[["inference"]])
+    namespaces_deny: list[str] = Field(default_factory=lambda: ["kube-system"],
+                                       description="Never these namespaces.")
+    pod_label_selector: str = Field("", description="Only pods matching this label selector "
+                                    "(`=`, `!=`, `in`, `notin`, exists).",
+                                    examples=["app.kubernetes.io/part-of=serving"])
+    ignore_exit_code_zero: bool = Field(True, description="Skip containers that exited 0 "
+                                        "(completed), unless the diagnosis says otherwise.")
+    ignore_planned: bool = Field(True, description="Skip planned terminations (rollouts).")
+    min_restart_count: int = Field(1, ge=1, description="Report from this restartCount on.")
+    default_channel: str = Field("#gpuops-alerts", description="Channel when no route matches.")
+    channel_by_namespace: dict[str, str] = Field(default_factory=dict, description="Namespace "
+                                                 "-> channel. The namespace label or annotation "
+                                                 "`gpuops.io/slack-channel` wins over this.")
+    thread_window_minutes: int = Field(24 * 60, gt=0, description="Restarts with the same "
+                                       "cause within this window go to the same thread.")
+    summary_window_minutes: int = Field(30, gt=0, description="'5× in 30 min' counts this "
+                                        "window.")
+    recovered_after_minutes: float = Field(10, gt=0, description="Post 'recovered' once the "
+                                         "workload has been Ready this long.")
+    max_event_age_minutes: int = Field(60, gt=0, description="Older restarts are recorded in "
+                                       "the history but not posted (stale).")
+    slack_messages_per_minute: int = Field(40, gt=0, description="gpuops' own cap on Slack "
+                                           "posts (a Prefect global rate limit).")
+    log_lines: int = Field(20, gt=0, le=200, description="Log lines in the parent message.")
+    extra_rules_yaml: str = Field("", description="More cause rules (YAML), merged into the "
+                                  "shipped ones; see restart_rules.yaml.")
+
+    @classmethod
+    def from_settings(cls) -> RestartPolicy:
+        return cls()

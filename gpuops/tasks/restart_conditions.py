@@ -1,0 +1,471 @@
+"""How each rule condition is checked against one restart's evidence, and what it cites.
+
+A condition that holds returns the exact evidence it rests on (the termination fields, the
+event message, the log line), so a diagnosis can show a person *why*, not only *what*.
+Conditions are a registry keyed by the name rule files use; a test keeps it in step with
+the schema in `restart_rules.py`.
+
+Events and Xids count only near the termination (a rule's `window_s`): a liveness failure an
+hour ago does not explain this restart. Pod events about another container of the same pod
+(by `involvedObject.fieldPath`, or kubelet's "Container NAME ..." messages) are not this
+container's evidence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property, lru_cache
+from typing import Any
+
+from gpuops.tasks.evidence import (
+    ContainerState,
+    KubeEvent,
+    NodeCondition,
+    PodCondition,
+    RestartEvidence,
+    TerminatedState,
+    XidEvent,
+)
+from gpuops.tasks.restart_rules import (
+    CONDITION_KEYS,
+    Conditions,
+    NodeConditionMatch,
+    PodConditionMatch,
+)
+
+MAX_LINES_PER_CONDITION = 3
+_FIELD_PATH_CONTAINER = re.compile(r"\{([^}]+)\}")
+# kubelet messages that name their container: Killing, BackOff, Created/Started, Pulling…
+_MESSAGE_CONTAINER = re.compile(
+    r"^(?:Container|Stopping container|Back-off restarting failed container|"
+    r"Created container|Started container) ([a-z0-9]([-a-z0-9]*[a-z0-9])?)\b")
+_TRACEBACK_HEAD = "Traceback (most recent call last):"
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """An RFC 3339 time from the API server (or None); naive times are taken as UTC."""
+    if not value:
+        return None
+    text = value.strip().replace("Z", "+00:00")
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def quoted(text: str) -> str:
+    return '"' + text.replace('"', '\\"') + '"'
+
+
+@dataclass(frozen=True)
+class Match:
+    """A condition that holds: the evidence lines it cites and values for titles."""
+
+    lines: tuple[str, ...] = ()
+    captures: Mapping[str, str] = field(default_factory=dict)
+
+    def __add__(self, other: Match) -> Match:
+        return Match(self.lines + tuple(x for x in other.lines if x not in self.lines),
+                     {**other.captures, **self.captures})
+
+
+class RestartFacts:
+    """The evidence of one restart, seen the ways conditions need it (computed once)."""
+
+    def __init__(self, evidence: RestartEvidence) -> None:
+        self.evidence = evidence
+        last = evidence.last_state.terminated
+        # A container that has not restarted (a Failed pod) has only its current state.
+        self.terminated: TerminatedState | None = last or evidence.state.terminated
+        self.terminated_field = "lastState.terminated" if last else "state.terminated"
+
+    @cached_property
+    def exit_code(self) -> int | None:
+        return None if self.terminated is None else self.terminated.exit_code
+
+    @cached_property
+    def signal(self) -> int | None:
+        """The signal that ended the process: `signal` when given, else exit code - 128."""
+        t = self.terminated
+        if t is None:
+            return None
+        if t.signal:
+            return t.signal
+        if t.exit_code is not None and 128 < t.exit_code <= 128 + 64:
+            return t.exit_code - 128
+        return None
+
+    @cached_property
+    def reference_time(self) -> datetime | None:
+        """When the container ended (or, failing that, when the restart was seen)."""
+        t = self.terminated
+        return parse_time(t.finished_at if t else None) or parse_time(self.evidence.observed_at)
+
+    @cached_property
+    def run_seconds(self) -> float | None:
+        t = self.terminated
+        if t is None:
+            return None
+        start, end = parse_time(t.started_at), parse_time(t.finished_at)
+        return None if start is None or end is None else (end - start).total_seconds()
+
+    @cached_property
+    def log_lines(self) -> list[str]:
+        return [line.rstrip("\r") for line in self.evidence.previous_log.splitlines()]
+
+    @cached_property
+    def pod_events(self) -> list[KubeEvent]:
+        return [e for e in self.evidence.pod_events if self._about_this_container(e)]
+
+    def _about_this_container(self, event: KubeEvent) -> bool:
+        name = self.evidence.container
+        if event.field_path:
+            named = _FIELD_PATH_CONTAINER.search(event.field_path)
+            return named is None or named.group(1) == name
+        in_message = _MESSAGE_CONTAINER.match(event.message)
+        return in_message is None or in_message.group(1) == name
+
+    def near(self, when: str | None, window_s: float) -> bool:
+        """Whether a time is within `window_s` of the termination (unknown times count)."""
+        at, ref = parse_time(when), self.reference_time
+        if at is None or ref is None:
+            return True
+        return abs((at - ref).total_seconds()) <= window_s
+
+    def termination_line(self) -> str:
+        t = self.terminated
+        if t is None:
+            return "no terminated state recorded"
+        line = f"{self.terminated_field}.reason={t.reason or '(none)'} exitCode={t.exit_code}"
+        if t.signal:
+            line += f" signal={t.signal}"
+        return line
+
+    def waiting_line(self, label: str, state: ContainerState) -> str:
+        line = f"{label}.waiting.reason={state.waiting_reason}"
+        return line + (f" message={quoted(state.waiting_message)}" if state.waiting_message
+                       else "")
+
+    def waiting_states(self) -> list[tuple[str, ContainerState]]:
+        return [(label, s) for label, s in (("state", self.evidence.state),
+                                            ("lastState", self.evidence.last_state))
+                if s.waiting_reason]
+
+    def log_lines_matching(self, patterns: list[re.Pattern[str]]) -> list[str]:
+        """Log lines that any of `patterns` matches, in log order.
+
+        Each pattern first runs over the whole log (with `^`/`$` at line breaks), and only
+        the lines it hits are checked one by one: a 1 MiB log costs a few regex scans, not
+        tens of thousands of per-line searches for every rule."""
+        text = self.evidence.previous_log
+        hits: dict[int, str] = {}
+        for pattern in patterns:
+            wide, pos = _whole_log(pattern), 0
+            while (found := wide.search(text, pos)) is not None:
+                start = text.rfind("\n", 0, found.start()) + 1
+                end = text.find("\n", found.start())
+                end = len(text) if end < 0 else end
+                line = text[start:end].rstrip("\r")
+                if start not in hits and pattern.search(line):
+                    hits[start] = line
+                pos = end + 1
+        return [hits[start] for start in sorted(hits)]
+
+    @cached_property
+    def exception_line(self) -> str | None:
+        """The last line of the last Python traceback in the log (the exception raised).
+
+        Prefixes that launchers put on every line (`[rank0]: `) are taken off the lines
+        that follow the traceback's head before looking for its unindented last line."""
+        text = self.evidence.previous_log
+        at = text.rfind(_TRACEBACK_HEAD)
+        if at < 0:
+            return None
+        line_start = text.rfind("\n", 0, at) + 1
+        prefix = text[line_start:at]
+        for line in text[at:].splitlines()[1:]:
+            line = line.rstrip("\r")
+            body = line[len(prefix):] if prefix and line.startswith(prefix) else line
+            if body.strip() and not body[:1].isspace() and not body.startswith(_TRACEBACK_HEAD):
+                return line
+        return None
+
+
+@lru_cache(maxsize=1024)
+def _whole_log(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    return re.compile(pattern.pattern, pattern.flags | re.MULTILINE)
+
+
+def event_line(scope: str, event: KubeEvent) -> str:
+    count = f" (×{event.count})" if event.count > 1 else ""
+    return f"{scope} event {event.reason}{count}: {event.message}"
+
+
+def node_condition_line(c: NodeCondition) -> str:
+    line = f"node condition {c.type}={c.status}"
+    line += f" reason={c.reason}" if c.reason else ""
+    return line + (f": {c.message}" if c.message else "")
+
+
+def xid_line(x: XidEvent) -> str:
+    gpu = f" on GPU {x.gpu}" if x.gpu is not None else ""
+    at = f" at {x.time}" if x.time else ""
+    return f"node Xid {x.xid}{gpu}{at}" + (f": {x.message}" if x.message else "")
+
+
+# --- the registry ------------------------------------------------------------------------------
+
+Evaluator = Callable[[Any, RestartFacts, float], Match | None]
+EVALUATORS: dict[str, Evaluator] = {}
+
+
+def condition(key: str) -> Callable[[Evaluator], Evaluator]:
+    """Register the check for the rule-file key `key`; a second one for a key is an error."""
+    def register(fn: Evaluator) -> Evaluator:
+        if key in EVALUATORS:
+            raise ValueError(f"condition {key!r} is registered twice "
+                             f"({EVALUATORS[key].__name__} and {fn.__name__})")
+        EVALUATORS[key] = fn
+        return fn
+    return register
+
+
+def evaluate(conditions: Conditions, facts: RestartFacts, window_s: float) -> Match | None:
+    """The combined match when every condition of the set holds, else None."""
+    combined = Match()
+    for key, value in conditions.given():
+        found = EVALUATORS[key](value, facts, window_s)
+        if found is None:
+            return None
+        combined = combined + found
+    return combined
+
+
+def _last(lines: Iterable[str], limit: int = MAX_LINES_PER_CONDITION) -> tuple[str, ...]:
+    unique = list(dict.fromkeys(lines))
+    return tuple(unique[-limit:])
+
+
+@condition("terminated.reason")
+def _terminated_reason(value: list[str], facts: RestartFacts, _: float) -> Match | None:
+    t = facts.terminated
+    return Match((facts.termination_line(),)) if t and t.reason in value else None
+
+
+@condition("terminated.exit_code")
+def _terminated_exit_code(value: list[tuple[int, int]], facts: RestartFacts,
+                          _: float) -> Match | None:
+    code = facts.exit_code
+    if code is None or not any(low <= code <= high for low, high in value):
+        return None
+    return Match((facts.termination_line(),))
+
+
+@condition("terminated.message_regex")
+def _terminated_message(value: list[re.Pattern[str]], facts: RestartFacts,
+                        _: float) -> Match | None:
+    t = facts.terminated
+    if t is None or not t.message or not any(p.search(t.message) for p in value):
+        return None
+    return Match((f"{facts.terminated_field}.message={quoted(t.message)}",))
+
+
+@condition("signal")
+def _signal(value: list[int], facts: RestartFacts, _: float) -> Match | None:
+    return Match((facts.termination_line(),)) if facts.signal in value else None
+
+
+@condition("ran_for_at_most_s")
+def _ran_for_at_most(value: float, facts: RestartFacts, _: float) -> Match | None:
+    seconds, t = facts.run_seconds, facts.terminated
+    if seconds is None or t is None or seconds > value:
+        return None
+    return Match((f"ran {seconds:g} s (startedAt={t.started_at} finishedAt={t.finished_at})",))
+
+
+@condition("waiting_reason")
+def _waiting_reason(value: list[str], facts: RestartFacts, _: float) -> Match | None:
+    lines = [facts.waiting_line(label, s) for label, s in facts.waiting_states()
+             if s.waiting_reason in value]
+    return Match(tuple(lines)) if lines else None
+
+
+@condition("waiting_message_regex")
+def _waiting_message(value: list[re.Pattern[str]], facts: RestartFacts,
+                     _: float) -> Match | None:
+    lines = [facts.waiting_line(label, s) for label, s in facts.waiting_states()
+             if any(p.search(s.waiting_message) for p in value)]
+    return Match(tuple(lines)) if lines else None
+
+
+@condition("log_regex")
+def _log_regex(value: list[re.Pattern[str]], facts: RestartFacts, _: float) -> Match | None:
+    lines = facts.log_lines_matching(value)
+    return Match(_last(lines)) if lines else None
+
+
+@condition("log_traceback")
+def _log_traceback(value: bool, facts: RestartFacts, _: float) -> Match | None:
+    line = facts.exception_line
+    if value:
+        return Match((line,), {"exception": line.strip()}) if line else None
+    return Match() if line is None else None
+
+
+def _events(events: list[KubeEvent], facts: RestartFacts, window_s: float,
+            keep: Callable[[KubeEvent], bool], scope: str) -> Match | None:
+    hits = [e for e in events if keep(e) and facts.near(e.last_seen, window_s)]
+    return Match(_last(event_line(scope, e) for e in hits)) if hits else None
+
+
+@condition("pod_event_reason")
+def _pod_event_reason(value: list[str], facts: RestartFacts, window_s: float) -> Match | None:
+    return _events(facts.pod_events, facts, window_s, lambda e: e.reason in value, "pod")
+
+
+@condition("pod_event_message_regex")
+def _pod_event_message(value: list[re.Pattern[str]], facts: RestartFacts,
+                       window_s: float) -> Match | None:
+    return _events(facts.pod_events, facts, window_s,
+                   lambda e: any(p.search(e.message) for p in value), "pod")
+
+
+@condition("node_event_reason")
+def _node_event_reason(value: list[str], facts: RestartFacts, window_s: float) -> Match | None:
+    return _events(facts.evidence.node_events, facts, window_s, lambda e: e.reason in value,
+                   "node")
+
+
+@condition("node_event_message_regex")
+def _node_event_message(value: list[re.Pattern[str]], facts: RestartFacts,
+                        window_s: float) -> Match | None:
+    return _events(facts.evidence.node_events, facts, window_s,
+                   lambda e: any(p.search(e.message) for p in value), "node")
+
+
+def _node_condition_holds(want: NodeConditionMatch, have: NodeCondition) -> bool:
+    return (have.type == want.type and have.status in want.status
+            and (want.reason is None or have.reason in want.reason)
+            and (want.message_regex is None
+                 or any(p.search(have.message) for p in want.message_regex)))
+
+
+@condition("node_condition")
+def _node_condition(value: list[NodeConditionMatch], facts: RestartFacts,
+                    _: float) -> Match | None:
+    lines = [node_condition_line(c) for c in facts.evidence.node_conditions
+             if any(_node_condition_holds(want, c) for want in value)]
+    return Match(tuple(lines)) if lines else None
+
+
+@condition("node_xid_in")
+def _node_xid(value: list[int], facts: RestartFacts, window_s: float) -> Match | None:
+    seen: dict[tuple[int, int | None, str | None], XidEvent] = {}
+    for x in facts.evidence.node_xids:
+        if x.xid in value and facts.near(x.time, window_s):
+            seen.setdefault((x.xid, x.gpu, x.time), x)
+    if not seen:
+        return None
+    hits = list(seen.values())
+    last = hits[-1]
+    return Match(_last(xid_line(x) for x in hits),
+                 {"xid": str(last.xid), "xid_message": last.message})
+
+
+@condition("pod_reason")
+def _pod_reason(value: list[str], facts: RestartFacts, _: float) -> Match | None:
+    ev = facts.evidence
+    return Match((_pod_status_line(ev),)) if ev.pod_reason in value else None
+
+
+@condition("pod_message_regex")
+def _pod_message(value: list[re.Pattern[str]], facts: RestartFacts, _: float) -> Match | None:
+    ev = facts.evidence
+    if not ev.pod_message or not any(p.search(ev.pod_message) for p in value):
+        return None
+    return Match((_pod_status_line(ev),))
+
+
+def _pod_status_line(ev: RestartEvidence) -> str:
+    line = f"pod status.phase={ev.pod_phase or '(unknown)'} reason={ev.pod_reason or '(none)'}"
+    return line + (f" message={quoted(ev.pod_message)}" if ev.pod_message else "")
+
+
+def _pod_condition_holds(want: PodConditionMatch, have: PodCondition) -> bool:
+    return (have.type == want.type and have.status in want.status
+            and (want.reason is None or have.reason in want.reason))
+
+
+@condition("pod_condition")
+def _pod_condition(value: list[PodConditionMatch], facts: RestartFacts,
+                   _: float) -> Match | None:
+    lines = []
+    for c in facts.evidence.pod_conditions:
+        if any(_pod_condition_holds(want, c) for want in value):
+            line = f"pod condition {c.type}={c.status}" + (f" reason={c.reason}" if c.reason
+                                                           else "")
+            lines.append(line + (f": {c.message}" if c.message else ""))
+    return Match(tuple(lines)) if lines else None
+
+
+@condition("pod_deleting")
+def _pod_deleting(value: bool, facts: RestartFacts, _: float) -> Match | None:
+    if facts.evidence.pod_deleting != value:
+        return None
+    return Match(("pod is being deleted (metadata.deletionTimestamp is set)",) if value else ())
+
+
+@condition("workload_rolling_out")
+def _workload_rolling_out(value: bool, facts: RestartFacts, _: float) -> Match | None:
+    w = facts.evidence.workload
+    if w.rolling_out != value:
+        return None
+    return Match((f"{w.kind}/{w.name} is rolling out a new revision",) if value else ())
+
+
+@condition("container_kind")
+def _container_kind(value: list[str], facts: RestartFacts, _: float) -> Match | None:
+    return Match() if facts.evidence.container_kind in value else None
+
+
+@condition("limits_set")
+def _limits_set(value: list[str], facts: RestartFacts, _: float) -> Match | None:
+    limits = facts.evidence.limits
+    if not all(name in limits for name in value):
+        return None
+    return Match(tuple(f"limits.{name}={limits[name]}" for name in value))
+
+
+@condition("namespace")
+def _namespace(value: list[str], facts: RestartFacts, _: float) -> Match | None:
+    return Match() if facts.evidence.namespace in value else None
+
+
+@condition("image_regex")
+def _image(value: list[re.Pattern[str]], facts: RestartFacts, _: float) -> Match | None:
+    return Match() if any(p.search(facts.evidence.image) for p in value) else None
+
+
+@condition("any")
+def _any(value: list[Conditions], facts: RestartFacts, window_s: float) -> Match | None:
+    found = [m for m in (evaluate(c, facts, window_s) for c in value) if m is not None]
+    if not found:
+        return None
+    combined = Match()
+    for m in found:
+        combined = combined + m
+    return combined
+
+
+@condition("not")
+def _not(value: Conditions, facts: RestartFacts, window_s: float) -> Match | None:
+    return Match() if evaluate(value, facts, window_s) is None else None
+
+
+_missing = set(CONDITION_KEYS.values()) ^ set(EVALUATORS)
+if _missing:  # the schema and the checks must name the same conditions
+    raise RuntimeError(f"conditions without both a schema field and a check: {sorted(_missing)}")

@@ -1,0 +1,215 @@
+"""Restart diagnostics end to end: faults injected in simcluster, the real watcher, the real
+Prefect server and the flow, the Slack fake over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType
+
+from gpuops.blocks.connections import KubernetesCluster, SlackConnection
+from gpuops.blocks.restart_policy import RestartPolicy
+from gpuops.flows.restart_diagnostics import restart_diagnostics
+from gpuops.sensors.cluster_watcher import ClusterWatcher
+from gpuops.sensors.emitter import EventSender, build_event
+from gpuops.tasks.kube import Kube
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+SECRET_ENV = "s3cr3t-env-value-42"
+SECRET_LOG = "AKIAIOSFODNN7EXAMPLE"
+GPU = {"nvidia.com/gpu": "1"}
+
+
+def node(name: str) -> dict:
+    capacity = {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"}
+    return {"metadata": {"name": name, "labels": {"gpuops.io/pool": "h100"}},
+            "status": {"capacity": capacity, "allocatable": capacity,
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def container(**extra) -> dict:
+    return {"name": "main", "image": "vllm/vllm-openai:v0.11.0",
+            "env": [{"name": "HF_TOKEN", "value": SECRET_ENV}],
+            "resources": {"limits": {**GPU, "memory": "8Gi"}}, **extra}
+
+
+def pod(name: str, node_name: str = "gpu-1", **extra) -> dict:
+    return {"metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"nodeName": node_name, "containers": [container(**extra)]}}
+
+
+def save_blocks(sim, slack_fake, **policy) -> dict[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    names = {"cluster_block": f"c-{suffix}", "slack_block": f"s-{suffix}",
+             "policy_block": f"p-{suffix}"}
+
+    async def save() -> None:
+        await KubernetesCluster(cluster_name="sim", kubeconfig_path=str(sim.kubeconfig)).save(
+            names["cluster_block"])
+        await SlackConnection(bot_token="xoxb-t", signing_secret="s",
+                              base_url=slack_fake.base_url).save(names["slack_block"])
+        await RestartPolicy(default_channel="#alerts", **policy).save(names["policy_block"])
+    asyncio.run(save())
+    return names
+
+
+def run_flow(blocks: dict[str, str]) -> dict:
+    return asyncio.run(restart_diagnostics(**blocks, quiet_seconds=1.0))
+
+
+def parents(slack_fake) -> list[dict]:
+    return [m for m in slack_fake.messages() if not m.get("thread_ts") or
+            m.get("thread_ts") == m["ts"]]
+
+
+def text_of(message: dict) -> str:
+    return json.dumps(message.get("blocks") or []) + (message.get("text") or "")
+
+
+def all_artifacts_text() -> str:
+    async def read() -> str:
+        async with get_client() as c:
+            arts = await c.read_artifacts(limit=200, artifact_filter=ArtifactFilter(
+                type=ArtifactFilterType(any_=["markdown", "table"])))
+        return "\n".join(str(a.data) for a in arts)
+    return asyncio.run(read())
+
+
+@pytest.fixture
+def cluster(prefect_server, sim_factory, tmp_path: Path):
+    sim = sim_factory("empty", speed=10)
+    v1 = client.CoreV1Api(sim.api)
+    v1.create_node(node("gpu-1"))
+    watcher = ClusterWatcher(Kube(sim.api, cluster_name="sim"),
+                             state_file=tmp_path / "reported.json").start()
+    yield sim, v1
+    watcher.stop()
+
+
+CASES = {  # pod -> (fault kind, params, extra container fields, expected cause)
+    "oomer": ("oom", {"after_seconds": 0.5, "once": True}, {}, "oom-killed-limit"),
+    "cuda": ("cuda-oom", {"after_seconds": 0.5, "once": True}, {}, "cuda-oom"),
+    "nccl": ("nccl-timeout", {"after_seconds": 0.5, "once": True}, {}, "nccl-error"),
+    "xid": ("gpu-xid", {"xid": 79, "after_seconds": 0.5}, {}, "gpu-xid-hardware"),
+    "cfg": ("config-error", {"after_seconds": 0.5, "once": True}, {}, "config-error"),
+    "crash": ("crashloop", {"after_seconds": 0.5, "exit_code": 3,
+                            "error": f"RuntimeError: bad key {SECRET_LOG} password=hunter2"},
+              {}, "app-error"),
+    "prober": ("liveness", {}, {"livenessProbe": {"httpGet": {"path": "/health", "port": 8000},
+                                                  "periodSeconds": 1, "failureThreshold": 2}},
+               "liveness-probe"),
+    "evictee": ("evict", {}, {}, "evicted"),
+    "puller": ("image-pull", {"image": "registry.example/missing:v9"},
+               {"image": "registry.example/missing:v9"}, "image-pull"),
+}
+
+
+def test_every_cause_is_classified_and_gets_one_parent_message(cluster, slack_fake):
+    sim, v1 = cluster
+    blocks = save_blocks(sim, slack_fake)
+    started = datetime.now(UTC)
+    v1.create_node(node("gpu-2"))  # the hardware Xid gets a node of its own
+    for name, (_, _, extra, _) in CASES.items():
+        if name != "puller":
+            v1.create_namespaced_pod("default", pod(name, "gpu-2" if name == "xid" else "gpu-1",
+                                                    **extra))
+    wait_for(lambda: all(v1.read_namespaced_pod(n, "default").status.phase == "Running"
+                         for n in CASES if n != "puller"), timeout=60, message="pods running")
+    sim.fault("image-pull", None, image="registry.example/missing:v9")
+    v1.create_namespaced_pod("default", pod("puller", image="registry.example/missing:v9"))
+    for name, (kind, params, _, _) in CASES.items():
+        if kind != "image-pull":
+            sim.fault(kind, f"default/{name}", **params)
+
+    def emitted() -> set[str]:
+        from tests.test_cluster_watcher import restart_events
+        return {e.payload["pod"] for e in restart_events(started)}
+    wait_for(lambda: emitted() >= set(CASES), timeout=120, interval=1,
+             message="a restart event for every pod")
+    counts = run_flow(blocks)
+    assert counts.get("posted", 0) >= len(CASES)
+    by_pod: dict[str, list[str]] = {}
+    for message in parents(slack_fake):
+        for name, (*_, cause) in CASES.items():
+            if f"pod {name})" in message["text"]:
+                by_pod.setdefault(name, []).append(message["ts"])
+                assert f"`{cause}`" in text_of(message), (name, text_of(message)[:500])
+    assert set(by_pod) == set(CASES)
+    # One parent per (workload, cause): a crash loop's later restarts go into its thread.
+    assert len(by_pod["crash"]) == 1
+    everything = json.dumps(slack_fake.messages()) + all_artifacts_text()
+    assert SECRET_ENV not in everything and SECRET_LOG not in everything
+    assert "hunter2" not in everything
+
+
+def test_later_restarts_are_threaded_and_the_parent_counts_them(cluster, slack_fake):
+    sim, v1 = cluster
+    blocks = save_blocks(sim, slack_fake)
+    v1.create_namespaced_pod("default", pod("looper"))
+    wait_for(lambda: v1.read_namespaced_pod("looper", "default").status.phase == "Running",
+             timeout=30, message="looper running")
+    sim.fault("crashloop", "default/looper", after_seconds=0.3)
+
+    def restarts() -> int:
+        statuses = v1.read_namespaced_pod("looper", "default").status.container_statuses
+        return statuses[0].restart_count if statuses else 0
+    wait_for(lambda: restarts() >= 1, timeout=60, message="a first restart")
+    wait_for(lambda: run_flow(blocks).get("posted"), timeout=30, interval=0.5,
+             message="the first restart posted")
+    wait_for(lambda: restarts() >= 3, timeout=90, message="two more restarts")
+    wait_for(lambda: (run_flow(blocks) or True) and len(slack_fake.messages()) >= 3,
+             timeout=60, interval=1, message="threaded replies")
+    messages = slack_fake.messages()
+    top = parents(slack_fake)
+    replies = [m for m in messages if m.get("thread_ts") not in (None, m["ts"])]
+    assert len(top) == 1
+    assert replies and all(r["thread_ts"] == top[0]["ts"] for r in replies)
+    assert top[0].get("updates"), "the parent is updated with the count"
+    assert "×" in text_of(top[0])
+
+
+def test_a_recovered_workload_gets_a_recovered_reply(prefect_server, sim_factory, slack_fake,
+                                                     tmp_path: Path):
+    sim = sim_factory("empty")  # real time: readiness times are compared with the wall clock
+    v1 = client.CoreV1Api(sim.api)
+    v1.create_node(node("gpu-1"))
+    watcher = ClusterWatcher(Kube(sim.api, cluster_name="sim"),
+                             state_file=tmp_path / "r.json").start()
+    try:
+        blocks = save_blocks(sim, slack_fake, recovered_after_minutes=0.05)
+        v1.create_namespaced_pod("default", pod("healer"))
+        wait_for(lambda: v1.read_namespaced_pod("healer", "default").status.phase == "Running",
+                 timeout=30, message="healer running")
+        sim.fault("crashloop", "default/healer", after_seconds=0.2, once=True)
+        wait_for(lambda: run_flow(blocks).get("posted"), timeout=60, interval=1,
+                 message="the restart posted")
+        wait_for(lambda: (run_flow(blocks) or True) and any(
+            "recovered" in text_of(m).lower() for m in slack_fake.messages()
+            if m.get("thread_ts") not in (None, m["ts"])), timeout=90, interval=1, message="a recovered reply")
+    finally:
+        watcher.stop()
+
+
+def test_a_bad_event_payload_is_rejected_and_the_rest_handled(prefect_server, sim, slack_fake,
+                                                              caplog):
+    blocks = save_blocks(sim, slack_fake)
+    EventSender().send([build_event(obj="pod", what="restarted", cluster="sim", kind="Pod",
+                                    namespace="default", name="broken",
+                                    identity=f"bad-{uuid.uuid4()}",
+                                    payload={"cluster": "sim", "pod": "broken",
+                                             "restart_count": "many"})])
+    time.sleep(1)
+    counts = run_flow(blocks)
+    assert counts.get("invalid", 0) >= 1
+    assert "invalid restart evidence" in caplog.text
+    assert "restart_count" in caplog.text or "namespace" in caplog.text
