@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from gpuops.tasks.capacity import (
@@ -11,8 +12,10 @@ from gpuops.tasks.capacity import (
     ModelProfile,
     NodePoolSpec,
     PlanOptions,
+    fit_whole_replicas,
     node_bounds,
     plan_capacity,
+    round_replicas,
 )
 
 
@@ -118,23 +121,45 @@ def test_node_bounds_follow_lead_time_ramp_and_unreachable_min_size():
     assert list(lower) == [1, 2, 3, 3]
 
 
-def test_rounded_replicas_that_overflow_a_node_get_another_node():
-    x = model("x", gpus=4)
-    y = model("y", gpus=4)
-    # 0.5 + 1.5 continuous replicas fit one 8-GPU node; whole replicas (1 + 2) need two.
-    plan = plan_capacity([pool()], [x, y], {"x": [50.0], "y": [150.0]},
-                         options=PlanOptions(integer_replicas=False))
-    assert plan.nodes == {"a100": (2,)}
+def test_rounding_keeps_each_models_total_at_the_next_whole_replica():
+    edges = ((0, 0), (0, 1), (1, 0))
+    values = np.array([[1.2, 0.5], [0.7, 0.5], [2.0, 0.0]])
+    rounded = round_replicas(values, edges, n_models=2)
+    # model 0: 1.9 -> 2 (the larger fraction gets the extra), 1.0 -> 1; model 1 unchanged
+    np.testing.assert_array_equal(rounded, [[1, 1], [1, 0], [2, 0]])
+
+
+def test_whole_replicas_that_overflow_a_node_get_another_node():
+    pools, models = [pool()], [model("x", gpus=4), model("y", gpus=4)]
+    nodes, replicas = np.array([[1]]), np.array([[1.0], [2.0]])  # 12 GPUs on one 8-GPU node
+    notes = fit_whole_replicas(nodes, replicas, pools, models, [], ((0, 0), (1, 0)),
+                               upper=np.array([[10.0]]))
+    assert nodes.tolist() == [[2]] and replicas.tolist() == [[1.0], [2.0]]
+    assert notes == ["pool 'a100' h0: +1 node(s) to fit whole replicas"]
+
+
+def test_whole_replicas_without_room_for_another_node_are_dropped():
+    pools, models = [pool()], [model("x", gpus=4), model("y", gpus=4)]
+    nodes, replicas = np.array([[1]]), np.array([[1.0], [2.0]])
+    notes = fit_whole_replicas(nodes, replicas, pools, models, [GpuQuota("P", 8)],
+                               ((0, 0), (1, 0)), upper=np.array([[10.0]]))
+    assert nodes.tolist() == [[1]] and replicas.sum() == 2
+    assert notes == ["pool 'a100' h0: dropped 1 replica of 'x' (no room for whole replicas)"]
+
+
+def test_continuous_replicas_give_a_plan_whose_replicas_fit_their_nodes():
+    pools = [pool("a", gpus=8, price=16.0), pool("b", gpus=4, price=9.0)]
+    models = [model("x", gpus=4, pools=("a", "b")), model("y", gpus=1, pools=("a", "b")),
+              model("z", gpus=2, pools=("a",))]
+    demand = {"x": [130.0, 20.0, 310.0], "y": [450.0, 90.0, 120.0], "z": [60.0, 260.0, 10.0]}
+    plan = plan_capacity(pools, models, demand, options=PlanOptions(integer_replicas=False))
+    gpus = {"x": 4, "y": 1, "z": 2}
+    for p in pools:
+        for t in range(3):
+            used = sum(plan.replicas[m][p.name][t] * gpus[m] for m in gpus
+                       if p.name in plan.replicas[m])
+            assert used <= plan.nodes[p.name][t] * p.gpus_per_node
     assert plan.total_shortfall == 0
-    assert any("+1 node" in note for note in plan.recheck)
-
-
-def test_rounded_replicas_that_cannot_get_a_node_are_dropped_and_reported():
-    plan = plan_capacity([pool(max_size=1)], [model("x", gpus=4), model("y", gpus=4)],
-                         {"x": [50.0], "y": [150.0]}, options=PlanOptions(integer_replicas=False))
-    assert plan.nodes == {"a100": (1,)}
-    assert plan.total_shortfall > 0
-    assert "dropped 1 replica" in plan.shortfall_report()
 
 
 @pytest.mark.parametrize("pools, models, demand, quotas, field", [

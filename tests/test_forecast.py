@@ -111,6 +111,16 @@ def test_headroom_measures_a_known_burst_ratio_from_per_minute_data():
     assert forecast.plan_demand()[0] == pytest.approx(forecast.upper[0] * headroom)
 
 
+def test_headroom_ignores_the_noise_of_quiet_hours():
+    minutes = pd.date_range(START, periods=4 * 60, freq="min")
+    rate = np.full(minutes.size, 10.0)
+    rate[:120] = 0.0
+    rate[[30, 90]] = 5.0  # a lone request in each quiet hour: ratio 60
+    rate[150] = 20.0  # busy hours: one minute at twice the base rate
+    headroom = intra_hour_headroom(pd.Series(rate, index=minutes), quantile=1.0)
+    assert headroom == pytest.approx(20.0 / ((59 * 10.0 + 20.0) / 60))
+
+
 def test_counter_resets_do_not_make_negative_rates():
     stamps = pd.date_range(START, periods=5, freq="min")
     counter = pd.Series([0.0, 60.0, 120.0, 30.0, 90.0], index=stamps)

@@ -27,8 +27,10 @@ Set-up (every choice is an option of `run`):
     tasks/capacity.py, and keep each hour's planned nodes as the pool's floor (EKS minSize),
     raised `node_lag_s` + load p95 ahead so they are warm at the hour; the reactive
     autoscaler still runs on top, as it would in a cluster.
-- Reported per policy: GPU-hours and cost (nodes are paid from request to removal),
-  the share of demand (GPU-seconds) that waited, and the p95 wait (work-weighted).
+- Reported per policy: GPU-hours and cost (nodes are paid from request to removal); the
+  share of demand (GPU-seconds) that waited for a cold start (queued while a node was booting
+  to serve it; `any_wait_pct` also counts short queueing behind bursts with every node
+  warm); and the p95 wait (work-weighted, in ticks of `tick_s`).
 """
 
 from __future__ import annotations
@@ -143,16 +145,19 @@ def replay_policy(work: np.ndarray, model: ServedModel, *, tick_s: float, policy
     """Serve `work` tick by tick under one policy; measure from tick `eval_from` on.
 
     `floor_nodes[tick]`: gpuops' planned minimum (already shifted earlier by the warm-up).
-    Returns node-seconds, work served with and without waiting, and the wait histogram.
+    Returns node-seconds, the wait histogram (ticks waited -> replica-seconds) and the work
+    that waited for a cold start: work that waited while a node was booting for it.
     """
     replicas_per_node = model.gpus_per_node // model.gpus_per_replica
     pool = PoolState()
     pool.ready = static_nodes if policy == "static_peak" else 1
     queue: deque[list[float]] = deque()  # [arrival tick, remaining replica-seconds]
     recent_wanted: deque[tuple[int, int]] = deque()  # (tick, nodes wanted), last 10 minutes
-    minute_ticks = max(1, int(round(60 / tick_s)))
+    minute_ticks = max(1, round(60 / tick_s))
     keep_ticks = int(SCALE_DOWN_UNNEEDED_S / tick_s)
     waits: dict[int, float] = {}
+    cold_waited = 0.0
+    boot_ticks = [0]  # boot_ticks[j] = ticks before j with a node booting (prefix count)
     backlog = 0.0
     window = deque(maxlen=minute_ticks)
     for i in range(len(work)):
@@ -182,13 +187,12 @@ def replay_policy(work: np.ndarray, model: ServedModel, *, tick_s: float, policy
             keep = max(w for _, w in recent_wanted)
             if floor_nodes is not None:
                 keep = max(keep, int(floor_nodes[i]))
+            # A node unneeded for 10 minutes goes (booting ones finish booting first).
             surplus = pool.total - keep
-            while surplus > 0 and pool.booting:  # cancel boots no longer needed
-                pool.booting.pop()
-                surplus -= 1
             if surplus > 0:
                 pool.ready -= min(surplus, pool.ready)
 
+        boot_ticks.append(boot_ticks[-1] + bool(pool.booting))
         capacity = pool.ready * replicas_per_node * tick_s
         while queue and capacity > 1e-9:
             arrived, remaining = queue[0]
@@ -196,7 +200,10 @@ def replay_policy(work: np.ndarray, model: ServedModel, *, tick_s: float, policy
             capacity -= served
             backlog -= served
             if arrived >= eval_from:
-                waits[i - int(arrived)] = waits.get(i - int(arrived), 0.0) + served
+                waited = i - int(arrived)
+                waits[waited] = waits.get(waited, 0.0) + served
+                if waited and boot_ticks[i + 1] > boot_ticks[int(arrived)]:
+                    cold_waited += served
             if served >= remaining - 1e-9:
                 queue.popleft()
             else:
@@ -207,67 +214,72 @@ def replay_policy(work: np.ndarray, model: ServedModel, *, tick_s: float, policy
     for arrived, remaining in queue:
         if arrived >= eval_from:
             waits[len(work) - int(arrived)] = waits.get(len(work) - int(arrived), 0.0) + remaining
-    return {"node_seconds": pool.node_seconds, "waits": waits}
+            cold_waited += remaining
+    return {"node_seconds": pool.node_seconds, "waits": waits, "cold_waited": cold_waited}
 
 
-def wait_figures(waits: dict[int, float], tick_s: float) -> tuple[float, float]:
-    """(% of work that waited at least one tick, work-weighted p95 wait in seconds)."""
+def wait_figures(waits: dict[int, float], tick_s: float) -> tuple[float, float, float]:
+    """(% of work that waited at least one tick, work-weighted p95 and p99 waits in s)."""
     total = sum(waits.values())
     if total <= 0:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     waited = sum(amount for ticks, amount in waits.items() if ticks > 0)
-    ordered = sorted(waits.items())
-    cumulative, p95 = 0.0, 0
-    for ticks, amount in ordered:
+    return (100.0 * waited / total, _weighted_quantile(waits, 0.95) * tick_s,
+            _weighted_quantile(waits, 0.99) * tick_s)
+
+
+def _weighted_quantile(waits: dict[int, float], q: float) -> int:
+    total, cumulative = sum(waits.values()), 0.0
+    for ticks, amount in sorted(waits.items()):
         cumulative += amount
-        if cumulative >= 0.95 * total:
-            p95 = ticks
-            break
-    return 100.0 * waited / total, p95 * tick_s
+        if cumulative >= q * total:
+            return ticks
+    return max(waits)
 
 
 # --- gpuops: forecast + plan ---------------------------------------------------------------------
 
 def gpuops_floors(work: dict[str, np.ndarray], fleet: tuple[ServedModel, ...], *,
                   start: pd.Timestamp, tick_s: float, eval_from: int, warmup_s: float,
-                  target_utilization: float, quantile: float, time_limit: float
-                  ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+                  target_utilization: float, quantile: float, time_limit: float,
+                  headroom: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Per-tick node floors from a daily forecast + plan (at 23:00 for the next 24 hours)."""
     ticks = len(next(iter(work.values())))
-    ticks_per_hour = int(round(3600 / tick_s))
+    ticks_per_hour = round(3600 / tick_s)
     floors = {m.name: np.zeros(ticks, dtype=int) for m in fleet}
     hourly = {m.name: _per_period(work[m.name], start, tick_s, "h") for m in fleet}
     per_minute = {m.name: _per_period(work[m.name], start, tick_s, "min") / 60.0 for m in fleet}
     stats: dict[str, Any] = {"plans": 0, "plan_solve_s_max": 0.0, "methods": {}}
-    day = eval_from // ticks_per_hour  # first evaluated hour, a midnight
-    while day * ticks_per_hour < ticks:
-        now = start + pd.Timedelta(hours=day - 1)  # 23:00 the evening before
-        demand, headroom = {}, {}
+    midnight = eval_from // ticks_per_hour  # hour index of the first evaluated midnight
+    while midnight * ticks_per_hour < ticks:
+        now = start + pd.Timedelta(hours=midnight - 1)  # 23:00 the evening before
+        demand, headrooms = {}, {}
         for m in fleet:
             history = hourly[m.name][hourly[m.name].index < now]
             minutes = per_minute[m.name]
             minutes = minutes[(minutes.index < now) & (minutes.index >= now - pd.Timedelta(days=14))]
             forecast = forecast_demand(m.name, history, now=now.to_pydatetime(),
-                                       horizon_hours=25, quantile=quantile, per_minute=minutes)
+                                       horizon_hours=25, quantile=quantile,
+                                       per_minute=minutes if headroom else None)
             demand[m.name] = list(forecast.plan_demand())
-            headroom[m.name] = forecast.headroom
+            headrooms[m.name] = forecast.headroom
             stats["methods"][forecast.chosen_method] = \
                 stats["methods"].get(forecast.chosen_method, 0) + 1
         plan = plan_capacity(
-            _pools(fleet, floors, day, ticks_per_hour), _profiles(fleet, target_utilization),
+            _pools(fleet, floors, midnight, ticks_per_hour), _profiles(fleet, target_utilization),
             demand, options=PlanOptions(time_limit_s=time_limit))
         stats["plans"] += 1
         stats["plan_solve_s_max"] = max(stats["plan_solve_s_max"], plan.solve_s)
         for m in fleet:
             for hour in range(1, 25):  # plan hour 0 is 23:00, already running
-                first = (day + hour - 1) * ticks_per_hour - int(warmup_s / tick_s)
-                last = (day + hour) * ticks_per_hour
+                first = (midnight + hour - 1) * ticks_per_hour - int(warmup_s / tick_s)
+                last = (midnight + hour) * ticks_per_hour
                 if first >= ticks:
                     break
                 segment = floors[m.name][max(first, 0):min(last, ticks)]
                 np.maximum(segment, plan.nodes[m.name][hour], out=segment)
-        day += 24
-    stats["headroom"] = {k: round(v, 2) for k, v in headroom.items()}
+        midnight += 24
+    stats["headroom"] = {k: round(v, 2) for k, v in headrooms.items()}
     return floors, stats
 
 
@@ -276,12 +288,12 @@ def _per_period(work: np.ndarray, start: pd.Timestamp, tick_s: float, freq: str)
     return pd.Series(work, index=index).resample(freq).sum()
 
 
-def _pools(fleet: tuple[ServedModel, ...], floors: dict[str, np.ndarray], day: int,
+def _pools(fleet: tuple[ServedModel, ...], floors: dict[str, np.ndarray], midnight: int,
            ticks_per_hour: int) -> list[NodePoolSpec]:
     """One pool per model; its current size is what the previous plan has at 23:00."""
     pools = []
     for m in fleet:
-        tick = (day - 1) * ticks_per_hour
+        tick = (midnight - 1) * ticks_per_hour
         current = int(floors[m.name][tick]) if 0 <= tick < len(floors[m.name]) else 0
         pools.append(NodePoolSpec(
             name=m.name, instance_type=m.instance_type, gpus_per_node=m.gpus_per_node,
@@ -303,7 +315,8 @@ def _profiles(fleet: tuple[ServedModel, ...], target_utilization: float) -> list
 
 def run(*, models: int = 6, copies: int = 12, train_days: int = 14, eval_days: float | None = None,
         tick_s: float = 15.0, node_lag_s: float = 300.0, target_utilization: float = 0.8,
-        quantile: float = 0.9, plan_time_limit: float = 30.0, seed: int = 0,
+        quantile: float = 0.9, headroom: bool = True, plan_time_limit: float = 30.0,
+        seed: int = 0,
         sizes: Any = DEFAULT_SIZES, solve_time_limit: float = 120.0, gap: float = 0.01
         ) -> dict[str, Any]:
     root = data_dir()
@@ -324,10 +337,12 @@ def run(*, models: int = 6, copies: int = 12, train_days: int = 14, eval_days: f
     warmup_s = node_lag_s + float(np.quantile(load_s, 0.95))
     floors, plan_stats = gpuops_floors(
         work, fleet, start=start, tick_s=tick_s, eval_from=eval_from, warmup_s=warmup_s,
-        target_utilization=target_utilization, quantile=quantile, time_limit=plan_time_limit)
+        target_utilization=target_utilization, quantile=quantile, time_limit=plan_time_limit,
+        headroom=bool(headroom))
 
-    minute_ticks = int(round(60 / tick_s))
-    totals = {p: {"gpu_hours": 0.0, "cost": 0.0, "waits": {}} for p in POLICIES}
+    minute_ticks = round(60 / tick_s)
+    totals: dict[str, dict[str, Any]] = {
+        p: {"gpu_hours": 0.0, "cost": 0.0, "waits": {}, "cold": 0.0} for p in POLICIES}
     for m in fleet:
         evaluated = work[m.name][eval_from:]
         usable = len(evaluated) // minute_ticks * minute_ticks
@@ -343,19 +358,24 @@ def run(*, models: int = 6, copies: int = 12, train_days: int = 14, eval_days: f
             hours = result["node_seconds"] / 3600.0
             totals[policy]["gpu_hours"] += hours * m.gpus_per_node
             totals[policy]["cost"] += hours * m.price_per_hour
+            # weight by GPUs per replica: shares are of GPU-seconds across models
             for ticks_waited, amount in result["waits"].items():
-                # weight by GPUs so the share is of GPU-seconds across models
                 totals[policy]["waits"][ticks_waited] = totals[policy]["waits"].get(
                     ticks_waited, 0.0) + amount * m.gpus_per_replica
+            totals[policy]["cold"] += result["cold_waited"] * m.gpus_per_replica
 
     figures: dict[str, Any] = {"gpu_hours": {}, "cost_usd": {}, "cold_start_wait_pct": {},
-                               "p95_wait_s": {}}
+                               "p95_wait_s": {}, "any_wait_pct": {}, "p99_wait_s": {}}
     for policy in POLICIES:
-        pct, p95 = wait_figures(totals[policy]["waits"], tick_s)
+        any_pct, p95, p99 = wait_figures(totals[policy]["waits"], tick_s)
+        demand = sum(totals[policy]["waits"].values())
         figures["gpu_hours"][policy] = round(totals[policy]["gpu_hours"], 1)
         figures["cost_usd"][policy] = round(totals[policy]["cost"], 2)
-        figures["cold_start_wait_pct"][policy] = round(pct, 3)
+        figures["cold_start_wait_pct"][policy] = \
+            round(100.0 * totals[policy]["cold"] / demand, 3) if demand else 0.0
+        figures["any_wait_pct"][policy] = round(any_pct, 3)
         figures["p95_wait_s"][policy] = round(p95, 1)
+        figures["p99_wait_s"][policy] = round(p99, 1)
     static = figures["gpu_hours"]["static_peak"]
     figures["gpu_hours_saved_vs_static_pct"] = {
         p: round(100.0 * (1 - figures["gpu_hours"][p] / static), 1) if static else 0.0

@@ -27,6 +27,11 @@ sim_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(sim_app, name="sim")
+sensor_app = typer.Typer(
+    help="Long-running bridges into Prefect: the cluster watcher, the Slack receiver.",
+    no_args_is_help=True,
+)
+app.add_typer(sensor_app, name="sensor")
 
 KubeconfigOption = Annotated[
     Path,
@@ -128,6 +133,35 @@ def sim_clock(
         _fail("give exactly one of `--advance SECONDS` or `--speed X`", code=2)
     body = {"advance": advance} if advance is not None else {"speed": speed}
     _post_to_sim(kubeconfig, "/admin/clock", body)
+
+
+@sensor_app.command("cluster")
+def sensor_cluster(
+    cluster_block: Annotated[str, typer.Option(help="A saved `gpuops-kubernetes-cluster` "
+                                               "Block; empty: KUBECONFIG and GPUOPS_*.")] = "",
+    state_file: Annotated[Path | None, typer.Option(help="Where reported restarts are kept "
+                                                    "across restarts of the watcher.")] = None,
+    workers: Annotated[int, typer.Option(help="Evidence capture workers.")] = 4,
+) -> None:
+    """Watch pods and nodes; emit `gpuops.pod.restarted` with evidence (Ctrl-C stops)."""
+    from gpuops.sensors.run import run_cluster_watcher
+
+    run_cluster_watcher(cluster_block=cluster_block, state_file=state_file, workers=workers)
+
+
+@sensor_app.command("slack")
+def sensor_slack(
+    port: Annotated[int, typer.Option(help="HTTP port for Slack's interactivity URL.")] = 3000,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    slack_block: Annotated[str, typer.Option(help="A saved Slack connection Block.")] = "",
+    policy_block: Annotated[str, typer.Option(help="A saved approval policy Block.")] = "",
+    socket_mode: Annotated[bool, typer.Option(help="Use Socket Mode (no ingress).")] = False,
+) -> None:
+    """Receive Approve/Reject clicks and resume the paused flow runs."""
+    from gpuops.sensors.run import run_slack_receiver
+
+    run_slack_receiver(host=host, port=port, slack_block=slack_block,
+                       policy_block=policy_block, socket_mode=socket_mode)
 
 
 def available_benches() -> list[str]:

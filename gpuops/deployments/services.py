@@ -311,6 +311,31 @@ def start_slack_fake_server(
                   is_ready=lambda: http_ok(f"{origin}/_fake/messages"))
 
 
+def start_cluster_watcher(home: Path, *, env: Mapping[str, str],
+                          timeout_s: float = 60.0) -> Service:
+    """`gpuops sensor cluster`, keeping its reported restarts in `<home>/watcher-state.json`."""
+    argv = [sys.executable, "-m", "gpuops.deployments.cli", "sensor", "cluster",
+            "--state-file", str(Path(home) / "watcher-state.json")]
+    process, log_path = spawn("watcher", argv, home=home, env={**os.environ, **env})
+    wait_until_ready("watcher", process, log_path,
+                     lambda: "cluster watcher for" in log_path.read_text(errors="replace"),
+                     timeout_s=timeout_s)
+    return Service("watcher", "", process, log_path)
+
+
+def start_slack_receiver(home: Path, *, env: Mapping[str, str], port: int | None = None,
+                         timeout_s: float = 60.0) -> Service:
+    """`gpuops sensor slack`: Slack's interactivity URL is `Service.url`."""
+    port = port or free_port()
+    url = f"http://{LOCALHOST}:{port}/slack/events"
+    argv = [sys.executable, "-m", "gpuops.deployments.cli", "sensor", "slack",
+            "--port", str(port)]
+    return _start("slack-receiver", argv, home=home, url=url, timeout_s=timeout_s,
+                  env={**os.environ, **env},
+                  is_ready=lambda: "Slack receiver listening" in (
+                      Path(home) / "logs" / "slack-receiver.log").read_text(errors="replace"))
+
+
 def host_port(url: str) -> str:
     """`http://127.0.0.1:8080/x` -> `127.0.0.1:8080`: the form Prometheus targets take."""
     parts = urlsplit(url)

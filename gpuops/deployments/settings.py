@@ -22,6 +22,8 @@ class UpSettings(BaseSettings):
         description="Directory for logs, the Prefect database, the kubeconfig and env.sh.",
     )
     scenario: str = Field(default="default", description="simcluster scenario name or path.")
+    cluster_name: str = Field(default="sim", description="The cluster's name in event "
+                              "resource ids (k8s.<cluster>.<kind>.<ns>.<name>).")
     prefect_port: int = Field(default=4200, description="Port of the local Prefect server/UI.")
     sim_port: int = Field(default=0, description="simcluster port; 0 picks a free one.")
     sim_speed: float = Field(default=1.0, description="simcluster clock speed (1 = real time).")

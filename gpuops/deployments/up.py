@@ -29,11 +29,13 @@ from gpuops.deployments.services import (
     Service,
     ServiceExitedError,
     host_port,
+    start_cluster_watcher,
     start_moto,
     start_prefect_server,
     start_prometheus,
     start_simcluster,
     start_slack_fake_server,
+    start_slack_receiver,
 )
 from gpuops.deployments.settings import UpSettings, get_up_settings
 
@@ -96,6 +98,12 @@ def start_components(
         slack = start_slack_fake_server(home, timeout_s=timeout_s)
         services.append(slack)
         env.update(GPUOPS_SLACK_BASE_URL=slack.url, GPUOPS_SLACK_BOT_TOKEN=FAKE_SLACK_TOKEN)
+
+    env["GPUOPS_CLUSTER_NAME"] = settings.cluster_name
+    services.append(start_cluster_watcher(home, env=env, timeout_s=timeout_s))
+    receiver = start_slack_receiver(home, env=env, timeout_s=timeout_s)
+    services.append(receiver)
+    env["GPUOPS_SLACK_RECEIVER_URL"] = receiver.url
 
     if sim is not None:  # a real cluster has its own Prometheus: set GPUOPS_PROMETHEUS_URL
         prometheus = start_prometheus(home, targets=[host_port(sim.url)], timeout_s=timeout_s)

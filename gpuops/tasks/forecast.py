@@ -18,7 +18,7 @@ How, and why this way:
   zero makes it explode).
 - The upper quantile comes from the chosen method's own backtest errors (pooled over origins
   and horizon steps), scaled by the forecast level because demand errors grow with demand.
-- Headroom: the P90 over hours of (peak minute / hourly mean) from per-minute data.
+- Headroom: the P90 over busy hours of (peak minute / hourly mean) from per-minute data.
 
 Pure: numpy, pandas, statsmodels only; `now` is a parameter.
 """
@@ -298,11 +298,12 @@ def forecast_demand(
     """Forecast `model_name`'s demand for `horizon_hours` hours from the hour containing `now`.
 
     Picks the method with the lowest backtest MAE (ties go to the simpler method, listed
-    first), then refits it on the whole history. `headroom_quantile` picks the headroom over
-    hours of per-minute data (see `intra_hour_headroom`). The upper quantile adds the chosen method's
+    first), then refits it on the whole history. The upper quantile adds the chosen method's
     backtest error at `quantile`, scaled by the forecast level. With too little history to
     backtest even one origin (< 2 days), it repeats the last day (or the last value) and uses
     the largest demand seen as the upper bound: conservative until there is evidence.
+    `per_minute` data gives the headroom, at `headroom_quantile` over busy hours
+    (see `intra_hour_headroom`).
     """
     if not 0.0 < quantile < 1.0:
         raise InvalidDemandSeries("quantile", f"must be in (0, 1), got {quantile!r}")
@@ -312,13 +313,12 @@ def forecast_demand(
         raise InvalidDemandSeries("backtest_origins", f"must be >= 1, got {backtest_origins!r}")
     hourly, filled = hourly_history(demand, now=now)
     history = hourly.to_numpy()
+    # The hour containing `now` is not history yet: the first forecast step is that hour.
     start = _hour_floor(now)
     timestamps = tuple(pd.date_range(start, periods=horizon_hours, freq="h"))
     headroom = (1.0 if per_minute is None
                 else intra_hour_headroom(per_minute, quantile=headroom_quantile))
     notes: list[str] = []
-    # The hour containing `now` has no history yet: forecast from the last complete hour, so
-    # the first forecast step is `start`.
     methods = candidate_methods(history_hours=len(history), damped_trend=damped_trend)
     origins = min(backtest_origins, (len(history) - HOURS_PER_DAY) // horizon_hours)
     results = []
