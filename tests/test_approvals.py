@@ -310,10 +310,12 @@ def test_two_flows_for_one_node_run_one_after_the_other(env):
         async with get_client() as c:
             page = await c.read_events(filter=EventFilter(
                 event=EventNameFilter(prefix=["gpuops.action."])), limit=50)
+        ours = {f"prefect.flow-run.{s.state_details.flow_run_id}" for s in states}
         rows = []
         for e in sorted(page.events, key=lambda e: e.occurred):
             run = next((r.id for r in e.related if r.role == "flow-run"), "")
-            rows.append((e.event, run, e.payload["outcome"]))
+            if run in ours:
+                rows.append((e.event, run, e.payload["outcome"]))
         return rows
 
     rows = wait_for(lambda: (r := asyncio.run(actions())) and len(r) >= 6 and r, timeout=30,

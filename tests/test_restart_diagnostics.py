@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,13 +47,13 @@ def pod(name: str, node_name: str = "gpu-1", **extra) -> dict:
             "spec": {"nodeName": node_name, "containers": [container(**extra)]}}
 
 
-def save_blocks(sim, slack_fake, **policy) -> dict[str, str]:
+def save_blocks(sim, slack_fake, cluster: str = "sim", **policy) -> dict[str, str]:
     suffix = uuid.uuid4().hex[:8]
     names = {"cluster_block": f"c-{suffix}", "slack_block": f"s-{suffix}",
              "policy_block": f"p-{suffix}"}
 
     async def save() -> None:
-        await KubernetesCluster(cluster_name="sim", kubeconfig_path=str(sim.kubeconfig)).save(
+        await KubernetesCluster(cluster_name=cluster, kubeconfig_path=str(sim.kubeconfig)).save(
             names["cluster_block"])
         await SlackConnection(bot_token="xoxb-t", signing_secret="s",
                               base_url=slack_fake.base_url).save(names["slack_block"])
@@ -85,12 +84,18 @@ def all_artifacts_text() -> str:
     return asyncio.run(read())
 
 
+def unique_cluster() -> str:
+    """Each test its own cluster name: one Prefect server serves them all, as in production."""
+    return f"sim-{uuid.uuid4().hex[:8]}"
+
+
 @pytest.fixture
 def cluster(prefect_server, sim_factory, tmp_path: Path):
     sim = sim_factory("empty", speed=10)
+    sim.name = unique_cluster()
     v1 = client.CoreV1Api(sim.api)
     v1.create_node(node("gpu-1"))
-    watcher = ClusterWatcher(Kube(sim.api, cluster_name="sim"),
+    watcher = ClusterWatcher(Kube(sim.api, cluster_name=sim.name),
                              state_file=tmp_path / "reported.json").start()
     yield sim, v1
     watcher.stop()
@@ -116,7 +121,7 @@ CASES = {  # pod -> (fault kind, params, extra container fields, expected cause)
 
 def test_every_cause_is_classified_and_gets_one_parent_message(cluster, slack_fake):
     sim, v1 = cluster
-    blocks = save_blocks(sim, slack_fake)
+    blocks = save_blocks(sim, slack_fake, sim.name)
     started = datetime.now(UTC)
     v1.create_node(node("gpu-2"))  # the hardware Xid gets a node of its own
     for name, (_, _, extra, _) in CASES.items():
@@ -133,7 +138,8 @@ def test_every_cause_is_classified_and_gets_one_parent_message(cluster, slack_fa
 
     def emitted() -> set[str]:
         from tests.test_cluster_watcher import restart_events
-        return {e.payload["pod"] for e in restart_events(started)}
+        return {e.payload["pod"] for e in restart_events(started)
+                if e.payload["cluster"] == sim.name}
     wait_for(lambda: emitted() >= set(CASES), timeout=120, interval=1,
              message="a restart event for every pod")
     counts = run_flow(blocks)
@@ -154,7 +160,7 @@ def test_every_cause_is_classified_and_gets_one_parent_message(cluster, slack_fa
 
 def test_later_restarts_are_threaded_and_the_parent_counts_them(cluster, slack_fake):
     sim, v1 = cluster
-    blocks = save_blocks(sim, slack_fake)
+    blocks = save_blocks(sim, slack_fake, sim.name)
     v1.create_namespaced_pod("default", pod("looper"))
     wait_for(lambda: v1.read_namespaced_pod("looper", "default").status.phase == "Running",
              timeout=30, message="looper running")
@@ -181,12 +187,13 @@ def test_later_restarts_are_threaded_and_the_parent_counts_them(cluster, slack_f
 def test_a_recovered_workload_gets_a_recovered_reply(prefect_server, sim_factory, slack_fake,
                                                      tmp_path: Path):
     sim = sim_factory("empty")  # real time: readiness times are compared with the wall clock
+    name = unique_cluster()
     v1 = client.CoreV1Api(sim.api)
     v1.create_node(node("gpu-1"))
-    watcher = ClusterWatcher(Kube(sim.api, cluster_name="sim"),
+    watcher = ClusterWatcher(Kube(sim.api, cluster_name=name),
                              state_file=tmp_path / "r.json").start()
     try:
-        blocks = save_blocks(sim, slack_fake, recovered_after_minutes=0.05)
+        blocks = save_blocks(sim, slack_fake, name, recovered_after_minutes=0.05)
         v1.create_namespaced_pod("default", pod("healer"))
         wait_for(lambda: v1.read_namespaced_pod("healer", "default").status.phase == "Running",
                  timeout=30, message="healer running")
@@ -202,13 +209,20 @@ def test_a_recovered_workload_gets_a_recovered_reply(prefect_server, sim_factory
 
 def test_a_bad_event_payload_is_rejected_and_the_rest_handled(prefect_server, sim, slack_fake,
                                                               caplog):
-    blocks = save_blocks(sim, slack_fake)
-    EventSender().send([build_event(obj="pod", what="restarted", cluster="sim", kind="Pod",
+    name = unique_cluster()
+    blocks = save_blocks(sim, slack_fake, name)
+    EventSender().send([build_event(obj="pod", what="restarted", cluster=name, kind="Pod",
                                     namespace="default", name="broken",
                                     identity=f"bad-{uuid.uuid4()}",
-                                    payload={"cluster": "sim", "pod": "broken",
+                                    payload={"cluster": name, "pod": "broken",
                                              "restart_count": "many"})])
-    time.sleep(1)
+    from datetime import timedelta
+
+    from gpuops.tasks.restart_events import read_restart_events
+    now = datetime.now(UTC)
+    wait_for(lambda: asyncio.run(read_restart_events(name, now - timedelta(minutes=5),
+                                                     now + timedelta(minutes=1))),
+             timeout=30, message="the bad event stored")
     counts = run_flow(blocks)
     assert counts.get("invalid", 0) >= 1
     assert "invalid restart evidence" in caplog.text

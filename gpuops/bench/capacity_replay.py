@@ -39,7 +39,7 @@ import json
 import math
 import os
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -127,11 +127,8 @@ class PoolState:
     """Nodes of one pool during the replay: ready ones, booting ones (ready time), cost."""
 
     ready: int = 0
-    booting: deque | None = None
+    booting: deque[int] = field(default_factory=deque)
     node_seconds: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.booting = deque()
 
     @property
     def total(self) -> int:
@@ -141,7 +138,7 @@ class PoolState:
 def replay_policy(work: np.ndarray, model: ServedModel, *, tick_s: float, policy: str,
                   floor_nodes: np.ndarray | None, static_nodes: int, load_s: np.ndarray,
                   node_lag_s: float, target_utilization: float, eval_from: int,
-                  rng: np.random.Generator) -> dict[str, float]:
+                  rng: np.random.Generator) -> dict[str, Any]:
     """Serve `work` tick by tick under one policy; measure from tick `eval_from` on.
 
     `floor_nodes[tick]`: gpuops' planned minimum (already shifted earlier by the warm-up).

@@ -11,6 +11,7 @@ storm is one run and Slack thread state is never written by two runs at once.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
@@ -20,6 +21,7 @@ from prefect.concurrency.asyncio import rate_limit
 from prefect.runtime import flow_run as runtime_flow_run
 from prefect.variables import Variable
 from pydantic import ValidationError
+from slack_sdk.errors import SlackApiError
 
 from gpuops.blocks.connections import KubernetesCluster, SlackConnection, load_block
 from gpuops.blocks.restart_policy import RestartPolicy
@@ -48,6 +50,7 @@ from gpuops.tasks.restart_rules import RuleSet, default_rules, load_rules
 
 CURSOR_VARIABLE = "gpuops-restarts-cursor"
 SLACK_RATE_LIMIT = "gpuops-slack-posts"
+THREAD_GONE = {"message_not_found", "thread_not_found", "channel_not_found", "is_archived"}
 OVERLAP = timedelta(minutes=2)  # events can arrive after a later one; identities dedupe
 
 
@@ -55,8 +58,13 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-async def _cursor(default: datetime) -> datetime:
-    value = await Variable.aget(CURSOR_VARIABLE, default=None)
+def _cursor_name(cluster: str) -> str:
+    """Variable names allow lowercase letters, digits, dashes and underscores."""
+    return f"{CURSOR_VARIABLE}-{re.sub(r'[^a-z0-9_-]+', '-', cluster.lower())}"[:255]
+
+
+async def _cursor(cluster: str, default: datetime) -> datetime:
+    value = await Variable.aget(_cursor_name(cluster), default=None)
     return datetime.fromisoformat(value) if value else default
 
 
@@ -68,13 +76,22 @@ async def _ensure_rate_limit(per_minute: int) -> None:
             SLACK_RATE_LIMIT, per_minute, slot_decay_per_second=per_minute / 60)
 
 
-@task(retries=3, retry_delay_seconds=[1, 5, 15], task_run_name="post-restart-{thread}")
+def _worth_retrying(task, task_run, state) -> bool:
+    """Retry transport and server trouble, not Slack's definite answers (rate limits are
+    already retried inside slack-sdk)."""
+    error = state.result(raise_on_failure=False)
+    return not (isinstance(error, SlackApiError) and error.response.get("error") != "ratelimited")
+
+
+@task(retries=3, retry_delay_seconds=[1, 5, 15], retry_condition_fn=_worth_retrying,
+      task_run_name="post-restart-{thread}")
 def post_to_slack(conn: SlackConnection, channel: str, text: str, blocks: list[dict],
                   thread: str, thread_ts: str | None = None) -> slack.PostedMessage:
     return slack.post_message(conn, channel, text, blocks, thread_ts=thread_ts)
 
 
-@task(retries=3, retry_delay_seconds=[1, 5, 15], task_run_name="update-parent-{thread}")
+@task(retries=3, retry_delay_seconds=[1, 5, 15], retry_condition_fn=_worth_retrying,
+      task_run_name="update-parent-{thread}")
 def update_in_slack(conn: SlackConnection, message: slack.PostedMessage, text: str,
                     blocks: list[dict], thread: str) -> None:
     slack.update_message(conn, message, text, blocks)
@@ -146,8 +163,22 @@ class RestartReporter:
         else:
             row.channel, row.thread_ts = thread.channel, thread.thread_ts
             reply = reply_blocks(evidence, diagnosis, links=self.links)
-            post_to_slack(self.conn, row.channel, reply.text, reply.blocks, name,
-                          thread_ts=row.thread_ts)
+            try:
+                post_to_slack(self.conn, row.channel, reply.text, reply.blocks, name,
+                              thread_ts=row.thread_ts)
+            except SlackApiError as e:
+                if e.response.get("error") not in THREAD_GONE:
+                    raise
+                # The parent was deleted (or the channel archived): start a new thread.
+                self.log.warning("thread %s in %s is gone (%s); posting a new parent",
+                                 row.thread_ts, row.channel, e.response.get("error"))
+                message = parent_blocks([(evidence, diagnosis)], links=self.links,
+                                        total_restarts=1)
+                posted = post_to_slack(self.conn, route_channel(evidence, self.policy),
+                                       message.text, message.blocks, name)
+                row.channel, row.thread_ts = posted.channel, posted.ts
+                row.reported = "posted"
+                return
             since = now - timedelta(minutes=self.policy.summary_window_minutes)
             parent = parent_blocks([(evidence, diagnosis)], links=self.links,
                                    total_restarts=timeline.count_since(diagnosis.cause, since) + 1,
@@ -212,19 +243,20 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     await _ensure_rate_limit(policy.slack_messages_per_minute)
     reporter = RestartReporter(policy, rules, conn, kube)
     started = _now()
-    cursor = await _cursor(started - timedelta(minutes=lookback_minutes))
+    cursor = await _cursor(kube.cluster_name, started - timedelta(minutes=lookback_minutes))
     seen: set[str] = set()
     quiet_since = _now()
     while (_now() - started).total_seconds() < max_run_seconds:
         until = _now()
-        events = [e for e in await read_restart_events(cursor - OVERLAP, until)
-                  if str(e.id) not in seen]
+        events = [e for e in await read_restart_events(kube.cluster_name, cursor - OVERLAP,
+                                                       until) if str(e.id) not in seen]
         for event in events:
             seen.add(str(event.id))
             await reporter.handle(event.payload, str(event.id))
         if events:
             cursor = max(cursor, max(e.occurred for e in events))
-            await Variable.aset(CURSOR_VARIABLE, cursor.isoformat(), overwrite=True)
+            await Variable.aset(_cursor_name(kube.cluster_name), cursor.isoformat(),
+                                overwrite=True)
             quiet_since = _now()
         elif (_now() - quiet_since).total_seconds() >= quiet_seconds:
             break

@@ -7,17 +7,25 @@ from typing import Any
 
 from prefect.client.orchestration import get_client
 from prefect.events import Event
-from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter, EventOrder
+from prefect.events.filters import (
+    EventFilter,
+    EventNameFilter,
+    EventOccurredFilter,
+    EventOrder,
+    EventResourceFilter,
+)
 
 RESTARTED = "gpuops.pod.restarted"
 
 
-async def read_restart_events(since: datetime, until: datetime, *, max_events: int = 5000
-                              ) -> list[Event]:
+async def read_restart_events(cluster: str, since: datetime, until: datetime, *,
+                              max_events: int = 5000) -> list[Event]:
+    """This cluster's restart events (one Prefect server may serve many clusters)."""
     events: list[Event] = []
     async with get_client() as client:
         page = await client.read_events(filter=EventFilter(
             event=EventNameFilter(name=[RESTARTED]),
+            resource=EventResourceFilter(id_prefix=[f"k8s.{cluster}."]),
             occurred=EventOccurredFilter(since=since, until=until),
             order=EventOrder.ASC), limit=50)  # the server caps a page at 50
         events.extend(page.events)

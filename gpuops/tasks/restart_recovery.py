@@ -17,7 +17,7 @@ def _ready_since(pod: dict) -> datetime | None:
         if cond.get("type") == "Ready":
             if cond.get("status") != "True" or not cond.get("lastTransitionTime"):
                 return None
-            return datetime.fromisoformat(cond["lastTransitionTime"].replace("Z", "+00:00"))
+            return datetime.fromisoformat(cond["lastTransitionTime"])
     return None
 
 
