@@ -99,8 +99,67 @@ class PostconditionFailed(GpuopsError):
 
 
 class LimitViolation(PermanentError):
-    """A requested change breaks a limit gpuops enforces (min <= desired <= max, quotas)."""
+    """A requested change breaks a limit gpuops enforces (min <= desired <= max, quotas).
+
+    `field` names what was out of bounds (e.g. `scalingConfig.desiredSize`); the message
+    starts with it."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
 
 
 class NotApproved(GpuopsError):
     """A change was rejected, or its approval timed out (a timeout is a "no")."""
+
+
+# --- AWS and Prometheus: one class per kind of answer, like the Kubernetes ones ------------------
+
+class AwsError(GpuopsError):
+    """An AWS API call failed; `code` is AWS's error code (e.g. `ResourceNotFoundException`)."""
+
+    def __init__(self, message: str, *, code: str = "", operation: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.operation = operation
+
+
+class AwsNotFound(AwsError, PermanentError):
+    pass
+
+
+class AwsForbidden(AwsError, PermanentError):
+    pass
+
+
+class AwsInvalid(AwsError, PermanentError):
+    pass
+
+
+class AwsThrottled(AwsError, TemporaryError):
+    def __init__(self, message: str, **kw: Any) -> None:
+        AwsError.__init__(self, message, **kw)
+        self.delay = 2.0
+
+
+class AwsUnavailable(AwsError, TemporaryError):
+    """AWS answered 5xx, or could not be reached at all."""
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        AwsError.__init__(self, message, **kw)
+        self.delay = 2.0
+
+
+class PrometheusError(GpuopsError):
+    pass
+
+
+class PrometheusQueryError(PrometheusError, PermanentError):
+    """Prometheus refused the query (bad PromQL, too many points): fix the query."""
+
+
+class PrometheusUnavailable(PrometheusError, TemporaryError):
+    """Prometheus could not be reached, timed out or answered 5xx."""
+
+    def __init__(self, message: str) -> None:
+        TemporaryError.__init__(self, message, delay=2.0)
