@@ -158,6 +158,49 @@ def test_every_cause_is_classified_and_gets_one_parent_message(cluster, slack_fa
     assert "hunter2" not in everything
 
 
+def test_preemption_and_an_unreachable_node_are_classified(cluster, slack_fake):
+    sim, v1 = cluster
+    blocks = save_blocks(sim, slack_fake, sim.name)
+    scheduling = client.SchedulingV1Api(sim.api)
+    for name, value in (("low", 0), ("high", 1000)):
+        scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
+    v1.create_node(node("gpu-3"))
+    v1.create_node(node("gpu-4"))
+    eight = {"limits": {"nvidia.com/gpu": "8", "memory": "8Gi"}}
+    victim = pod("preemptee", "gpu-3", resources=eight)
+    victim["spec"]["priorityClassName"] = "low"
+    v1.create_namespaced_pod("default", victim)
+    v1.create_namespaced_pod("default", pod("stranded", "gpu-4"))
+    wait_for(lambda: all(v1.read_namespaced_pod(n, "default").status.phase == "Running"
+                         for n in ("preemptee", "stranded")), timeout=60, message="running")
+    preemptor = pod("preemptor", resources=eight)
+    del preemptor["spec"]["nodeName"]
+    preemptor["spec"].update(priorityClassName="high",
+                             nodeSelector={"kubernetes.io/hostname": "gpu-3"})
+    preemptor["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In",
+                              "values": ["gpu-3"]}]}]}}}
+    del preemptor["spec"]["nodeSelector"]
+    v1.create_namespaced_pod("default", preemptor)
+    sim.fault("node-notready", "gpu-4")
+    sim.advance(320)  # past the default 300 s toleration of the unreachable taint
+
+    expected = {"preemptee": "preempted", "stranded": "node-not-ready"}
+    text = ""
+
+    def posted() -> bool:
+        nonlocal text
+        run_flow(blocks)
+        text = "\n".join(text_of(m) for m in parents(slack_fake))
+        return all(f"pod {name})" in text for name in expected)
+    wait_for(posted, timeout=120, interval=1, message="both posted")
+    for message in parents(slack_fake):
+        for name, cause in expected.items():
+            if f"pod {name})" in message["text"]:
+                assert f"`{cause}`" in text_of(message), (name, message["text"])
+
+
 def test_later_restarts_are_threaded_and_the_parent_counts_them(cluster, slack_fake):
     sim, v1 = cluster
     blocks = save_blocks(sim, slack_fake, sim.name)

@@ -27,10 +27,11 @@ def pod_body(name: str, labels: dict | None = None, image: str = "busybox:1.36")
 
 
 @pytest.fixture
-def ns(kube) -> str:
+def ns(kube):
     name = f"t-{uuid.uuid4().hex[:8]}"
     client.CoreV1Api(kube).create_namespace({"metadata": {"name": name}})
-    return name
+    yield name
+    client.CoreV1Api(kube).delete_namespace(name)  # matters on a real cluster
 
 
 @pytest.mark.real_cluster

@@ -130,6 +130,9 @@ class NodeLifecycleController:
             record_event(self.cluster, pod, "TaintManagerEviction",
                          f"Marking for deletion Pod {key[0]}/{key[1]}",
                          component="taint-eviction-controller")
+            # Since 1.26 the controller first marks the pod, as the scheduler does a victim.
+            self.store.mutate(self.index.pods_type, *key, lambda p: _mark_disruption(
+                p, rfc3339(self.cluster.clock.now())), subresource="status")
             self.store.delete(self.index.pods_type, *key)
 
     # --- faults --------------------------------------------------------------------------------
@@ -216,3 +219,12 @@ class NodeLifecycleController:
 
         self.store.mutate(self.index.pods_type, meta["namespace"], meta["name"], change,
                           subresource="status")
+
+
+def _mark_disruption(pod: dict, now: str) -> None:
+    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+    conditions[:] = [c for c in conditions if c.get("type") != "DisruptionTarget"]
+    conditions.append({"type": "DisruptionTarget", "status": "True",
+                       "reason": "DeletionByTaintManager",
+                       "message": "Taint manager: deleting due to NoExecute taint",
+                       "lastTransitionTime": now})
