@@ -166,6 +166,36 @@ class CapacityConfig(Block):
     def pool(self, name: str) -> PoolConfig:
         return next(p for p in self.pools if p.name == name)
 
+    # The planner's inputs (imported lazily: cvxpy costs a second to import).
+
+    def node_pool_specs(self, current_sizes: dict[str, int]) -> list[Any]:
+        from gpuops.tasks.capacity import NodePoolSpec
+
+        return [NodePoolSpec(
+            name=p.name, instance_type=p.instance_type, gpus_per_node=p.gpus_per_node,
+            gpu_product=p.gpu_product, price_per_hour=p.price_per_hour, min_size=p.min_size,
+            max_size=p.max_size, lead_time_hours=p.lead_time_hours, gpu_family=p.family,
+            current_size=current_sizes[p.name],
+            max_nodes_added_per_hour=p.max_nodes_added_per_hour) for p in self.pools]
+
+    def model_profiles(self) -> list[Any]:
+        from gpuops.tasks.capacity import ModelProfile
+
+        return [ModelProfile(
+            name=m.name, gpus_per_replica=m.gpus_per_replica,
+            allowed_pools=tuple(m.allowed_pools), throughput_per_replica=m.throughput_per_replica,
+            load_time_s=m.load_time_s, min_replicas=m.min_replicas) for m in self.models]
+
+    def gpu_quotas(self) -> list[Any]:
+        from gpuops.tasks.capacity import GpuQuota
+
+        return [GpuQuota(q.family, q.max_gpus) for q in self.quotas]
+
+    def plan_options(self) -> Any:
+        from gpuops.tasks.capacity import PlanOptions
+
+        return PlanOptions(time_limit_s=self.time_limit_s, mip_rel_gap=self.mip_rel_gap)
+
     @classmethod
     def from_settings(cls) -> CapacityConfig:
         """The embedded default cluster's pools and models (scenario `default`)."""

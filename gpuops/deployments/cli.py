@@ -32,6 +32,11 @@ sensor_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(sensor_app, name="sensor")
+plan_app = typer.Typer(
+    help="Plan (and apply) on demand what the scheduled flows do.",
+    no_args_is_help=True,
+)
+app.add_typer(plan_app, name="plan")
 
 KubeconfigOption = Annotated[
     Path,
@@ -162,6 +167,42 @@ def sensor_slack(
 
     run_slack_receiver(host=host, port=port, slack_block=slack_block,
                        policy_block=policy_block, socket_mode=socket_mode)
+
+
+@plan_app.command("capacity")
+def plan_capacity_command(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan and report; change "
+                                          "nothing (the default without --apply).")] = False,
+    apply: Annotated[bool, typer.Option("--apply", help="Apply the targets (changes above "
+                                        "the cost threshold wait for approval).")] = False,
+    config_block: Annotated[str, typer.Option(help="A saved capacity config Block.")] = "",
+    aws_block: Annotated[str, typer.Option(help="A saved AWS connection Block.")] = "",
+    cluster_block: Annotated[str, typer.Option(help="A saved cluster Block.")] = "",
+    slack_block: Annotated[str, typer.Option(help="A saved Slack connection Block.")] = "",
+    policy_block: Annotated[str, typer.Option(help="A saved approval policy Block.")] = "",
+    now: Annotated[str | None, typer.Option(help="Plan as of this time (ISO 8601, UTC), "
+                                            "e.g. to replay a past day.")] = None,
+) -> None:
+    """Run capacity pre-warm once: forecast, plan, and (with --apply) pre-warm node pools."""
+    if dry_run and apply:
+        _fail("give `--dry-run` or `--apply`, not both", code=2)
+    import asyncio
+    from datetime import datetime
+
+    try:
+        as_of = datetime.fromisoformat(now) if now else None
+    except ValueError as e:
+        _fail(f"--now: {e}; give an ISO 8601 time such as `2026-03-15T10:30:00Z`", code=2)
+
+    from gpuops.flows.capacity_prewarm import capacity_prewarm
+
+    state = asyncio.run(capacity_prewarm(
+        dry_run=not apply, config_block=config_block, aws_block=aws_block,
+        cluster_block=cluster_block, slack_block=slack_block, policy_block=policy_block,
+        now=as_of, return_state=True))
+    typer.echo(f"{state.name}: {state.message}")
+    if not state.is_completed():
+        raise typer.Exit(1)
 
 
 def available_benches() -> list[str]:

@@ -6,6 +6,7 @@ from prefect import serve
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.events import DeploymentEventTrigger
 
+from gpuops.flows.capacity_prewarm import capacity_prewarm
 from gpuops.flows.drain_node import drain_node
 from gpuops.flows.restart_diagnostics import restart_diagnostics
 
@@ -29,6 +30,12 @@ def deployments() -> list:
         drain_node.to_deployment(
             name="on-demand", tags=["gpuops", "maintenance"],
             description="Cordon and drain a node, with approval."),
+        # Hourly, at the top of the hour: each run requests what is needed lead-time ahead.
+        capacity_prewarm.to_deployment(
+            name="hourly", cron="0 * * * *", tags=["gpuops", "capacity"],
+            concurrency_limit=ConcurrencyLimitConfig(
+                limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
+            description="Forecast demand, plan node pools, pre-warm them ahead of demand."),
     ]
 
 

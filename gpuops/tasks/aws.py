@@ -11,6 +11,8 @@ Reads return small frozen dataclasses, so callers never depend on boto3's dict s
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -31,13 +33,23 @@ from gpuops.common.errors import (
 )
 
 T = TypeVar("T")
+_session_lock = threading.Lock()
+
+
+@functools.cache
+def _shared_session() -> boto3.session.Session:
+    """One session per process: it caches the service models (a second or two to load), so
+    each run need not load them again. Credentials are given per client, never stored here."""
+    return boto3.session.Session()
+
 
 _NOT_FOUND = {"ResourceNotFoundException", "NotFoundException", "NoSuchEntity",
               "ValidationError.NotFound"}
 _FORBIDDEN = {"AccessDeniedException", "AccessDenied", "UnauthorizedOperation",
               "UnrecognizedClientException", "InvalidClientTokenId", "ExpiredTokenException"}
 _THROTTLED = {"Throttling", "ThrottlingException", "TooManyRequestsException",
-              "RequestLimitExceeded", "ScalingActivityInProgress", "ResourceContention"}
+              "RequestLimitExceeded", "ScalingActivityInProgress", "ResourceContention",
+              "ResourceInUseException"}  # EKS: another update of the node group is running
 
 
 def map_client_error(e: ClientError) -> AwsError:
@@ -106,21 +118,27 @@ class GpuBudget:
                 f"{self.max_gpus} GPUs (quotas[{self.family!r}].max_gpus)", field=field)
 
 
+EKS_FIELDS = ("scalingConfig.minSize", "scalingConfig.desiredSize", "scalingConfig.maxSize")
+ASG_FIELDS = ("MinSize", "DesiredCapacity", "MaxSize")
+
+
 def check_sizes(name: str, *, min_size: int, desired: int, max_size: int,
-                prefix: str = "scalingConfig.") -> None:
+                fields: tuple[str, str, str] = EKS_FIELDS) -> None:
     """min <= desired <= max, each >= 0; raises `LimitViolation` naming the field."""
-    for field, value in (("minSize", min_size), ("desiredSize", desired), ("maxSize", max_size)):
+    min_f, desired_f, max_f = fields
+    short = {f: f.rsplit(".", 1)[-1] for f in fields}
+    for field, value in ((min_f, min_size), (desired_f, desired), (max_f, max_size)):
         if value < 0:
-            raise LimitViolation(f"{value} is negative ({name!r})", field=prefix + field)
+            raise LimitViolation(f"{value} is negative ({name!r})", field=field)
     if min_size > max_size:
-        raise LimitViolation(f"{min_size} is above maxSize {max_size} ({name!r})",
-                             field=prefix + "minSize")
+        raise LimitViolation(f"{min_size} is above {short[max_f]} {max_size} ({name!r})",
+                             field=min_f)
     if desired > max_size:
-        raise LimitViolation(f"{desired} is above maxSize {max_size} ({name!r})",
-                             field=prefix + "desiredSize")
+        raise LimitViolation(f"{desired} is above {short[max_f]} {max_size} ({name!r})",
+                             field=desired_f)
     if desired < min_size:
-        raise LimitViolation(f"{desired} is below minSize {min_size} ({name!r})",
-                             field=prefix + "desiredSize")
+        raise LimitViolation(f"{desired} is below {short[min_f]} {min_size} ({name!r})",
+                             field=desired_f)
 
 
 @dataclass
@@ -133,12 +151,14 @@ class Aws:
     @classmethod
     def from_connection(cls, conn: AwsConnection) -> Aws:
         secret = conn.secret_access_key.get_secret_value() if conn.secret_access_key else None
-        session = boto3.session.Session(aws_access_key_id=conn.access_key_id,
-                                        aws_secret_access_key=secret, region_name=conn.region)
         config = Config(retries={"mode": "adaptive", "max_attempts": conn.max_attempts},
                         connect_timeout=5, read_timeout=30)
-        return cls(session.client("eks", endpoint_url=conn.endpoint_url, config=config),
-                   session.client("autoscaling", endpoint_url=conn.endpoint_url, config=config))
+        kwargs = {"region_name": conn.region, "endpoint_url": conn.endpoint_url,
+                  "aws_access_key_id": conn.access_key_id, "aws_secret_access_key": secret,
+                  "config": config}
+        with _session_lock:  # boto3 sessions are not thread-safe; their clients are
+            session = _shared_session()
+            return cls(session.client("eks", **kwargs), session.client("autoscaling", **kwargs))
 
     # --- EKS managed node groups ---------------------------------------------------------------
 
@@ -181,7 +201,7 @@ class Aws:
         """Set DesiredCapacity within the group's own [MinSize, MaxSize] (read first)."""
         current = self.describe_asg(name)
         check_sizes(name, min_size=current.min_size, desired=desired,
-                    max_size=current.max_size, prefix="")
+                    max_size=current.max_size, fields=ASG_FIELDS)
         if budget is not None:
             budget.check(desired, "DesiredCapacity")
         _call(self.autoscaling.set_desired_capacity, AutoScalingGroupName=name,

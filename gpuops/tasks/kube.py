@@ -214,6 +214,23 @@ class Kube:
                              namespace, plural, name)
         return self._raw(self.custom.get_cluster_custom_object, group, version, plural, name)
 
+    def get_deployment(self, namespace: str, name: str) -> Obj:
+        return self._raw(self.apps.read_namespaced_deployment, name, namespace)
+
+    def create_deployment(self, namespace: str, body: Obj) -> Obj:
+        return self._raw(self.apps.create_namespaced_deployment, namespace, body)
+
+    def patch_deployment(self, namespace: str, name: str, patch: Obj) -> Obj:
+        """Strategic merge patch (containers merge by name)."""
+        return self._raw(self.apps.patch_namespaced_deployment, name, namespace, patch,
+                         _content_type=STRATEGIC_PATCH)
+
+    def get_priority_class(self, name: str) -> Obj:
+        return self._raw(client.SchedulingV1Api(self.api).read_priority_class, name)
+
+    def create_priority_class(self, body: Obj) -> Obj:
+        return self._raw(client.SchedulingV1Api(self.api).create_priority_class, body)
+
     def patch_custom(self, group: str, version: str, namespace: str, plural: str, name: str,
                      patch: Obj | list) -> Obj:
         ctype = JSON_PATCH if isinstance(patch, list) else MERGE_PATCH

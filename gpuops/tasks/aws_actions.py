@@ -1,0 +1,277 @@
+"""Node pool sizes as safe actions (desired states with a postcondition), for `perform`.
+
+Why these three: an EKS managed node group under cluster-autoscaler must be pre-warmed by
+raising `minSize` — setting `desiredSize` directly fights the autoscaler, which puts it
+back — and released by lowering it again; a plain Auto Scaling group is sized by its
+desired capacity; a Karpenter cluster has no group to size, so capacity is reserved by
+low-priority pause pods that real pods preempt (priority -10: cluster-autoscaler still
+scales up for them, it ignores only pods *below* -10). All target `nodepool/<name>`, so one
+flow at a time changes a pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuops.blocks.capacity import CapacityConfig
+from gpuops.common.errors import KubeNotFound, LimitViolation
+from gpuops.tasks.actions import SafeAction
+from gpuops.tasks.aws import Aws, GpuBudget
+from gpuops.tasks.capacity import CapacityPlan
+from gpuops.tasks.kube import Kube
+from gpuops.tasks.prewarm import (
+    GPU,
+    PLACEHOLDER_LABEL,
+    PoolState,
+    PoolTarget,
+    budget_for,
+    placeholder_pods,
+)
+
+PLACEHOLDER_PRIORITY = -10
+
+
+@dataclass
+class SetNodeGroupMinSize(SafeAction):
+    """EKS managed node group: minSize = `min_size` (and desiredSize raised to it if below,
+    since EKS requires min <= desired). desiredSize is otherwise left to the autoscaler."""
+
+    aws: Aws
+    cluster: str
+    nodegroup: str
+    pool: str
+    min_size: int
+    budget: GpuBudget | None = None
+    kind = "nodegroup-min-size"
+
+    @property
+    def target(self) -> str:
+        return f"nodepool/{self.pool}"
+
+    def describe(self) -> str:
+        return (f"set EKS node group {self.nodegroup} minSize to {self.min_size} "
+                f"(pool {self.pool})")
+
+    def holds(self) -> bool:
+        group = self.aws.describe_nodegroup(self.cluster, self.nodegroup)
+        return group.min_size == self.min_size and group.desired_size >= self.min_size
+
+    def apply(self) -> None:
+        group = self.aws.describe_nodegroup(self.cluster, self.nodegroup)
+        if self.min_size > group.max_size:
+            raise LimitViolation(f"{self.min_size} is above the node group's maxSize "
+                                 f"{group.max_size} ({self.nodegroup!r})",
+                                 field="scalingConfig.minSize")
+        desired = max(group.desired_size, self.min_size)
+        self.aws.update_nodegroup_scaling(
+            self.cluster, self.nodegroup, min_size=self.min_size, max_size=group.max_size,
+            desired_size=desired,
+            budget=self.budget if desired > group.desired_size else None)
+
+    def details(self) -> dict[str, Any]:
+        return {"nodegroup": self.nodegroup, "min_size": self.min_size}
+
+
+@dataclass
+class SetAsgDesiredCapacity(SafeAction):
+    """Auto Scaling group: DesiredCapacity = `desired`, within its MinSize/MaxSize."""
+
+    aws: Aws
+    group: str
+    pool: str
+    desired: int
+    budget: GpuBudget | None = None
+    kind = "asg-desired-capacity"
+
+    @property
+    def target(self) -> str:
+        return f"nodepool/{self.pool}"
+
+    def describe(self) -> str:
+        return f"set Auto Scaling group {self.group} desired capacity to {self.desired} " \
+               f"(pool {self.pool})"
+
+    def holds(self) -> bool:
+        return self.aws.describe_asg(self.group).desired_size == self.desired
+
+    def apply(self) -> None:
+        self.aws.set_asg_desired_capacity(self.group, self.desired, budget=self.budget)
+
+    def details(self) -> dict[str, Any]:
+        return {"group": self.group, "desired": self.desired}
+
+
+@dataclass
+class SetAsgWarmPool(SafeAction):
+    """Auto Scaling group: a warm pool of `min_size` stopped, pre-initialised instances."""
+
+    aws: Aws
+    group: str
+    pool: str
+    min_size: int
+    kind = "asg-warm-pool"
+
+    @property
+    def target(self) -> str:
+        return f"nodepool/{self.pool}"
+
+    def describe(self) -> str:
+        return f"keep {self.min_size} warm (stopped) instance(s) in {self.group}'s warm pool"
+
+    def holds(self) -> bool:
+        config = self.aws.describe_warm_pool(self.group)
+        return config is not None and int(config.get("MinSize", -1)) == self.min_size
+
+    def apply(self) -> None:
+        self.aws.put_warm_pool(self.group, min_size=self.min_size)
+
+
+def _selector_labels(selector: str) -> dict[str, str]:
+    """`a=b,c=d` -> a nodeSelector; only equality terms can be one."""
+    labels = {}
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        key, sep, value = term.partition("=")
+        if not sep or key.endswith("!") or not key:
+            raise LimitViolation(f"{selector!r}: placeholder pods need equality terms "
+                                 "(`key=value`) to land on the pool", field="node_selector")
+        labels[key.strip().rstrip("=")] = value.strip().lstrip("=")
+    return labels
+
+
+@dataclass
+class PlaceholderCapacity(SafeAction):
+    """A Deployment of `replicas` pause pods, each requesting `gpus_per_pod` GPUs on the
+    pool's nodes, at the placeholder priority (-10) and never preempting anything."""
+
+    kube: Kube
+    pool: str
+    namespace: str
+    replicas: int
+    gpus_per_pod: int
+    node_selector: str
+    priority_class: str = "gpuops-placeholder"
+    image: str = "registry.k8s.io/pause:3.10"
+    tolerations: list[dict[str, Any]] = field(default_factory=lambda: [
+        {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}])
+    kind = "placeholder-capacity"
+
+    @property
+    def name(self) -> str:
+        return f"gpuops-placeholder-{self.pool}"
+
+    @property
+    def target(self) -> str:
+        return f"nodepool/{self.pool}"
+
+    def describe(self) -> str:
+        return (f"hold {self.replicas} placeholder pod(s) x {self.gpus_per_pod} GPU(s) on pool "
+                f"{self.pool} ({self.namespace}/{self.name})")
+
+    def holds(self) -> bool:
+        try:
+            current = self.kube.get_deployment(self.namespace, self.name)
+        except KubeNotFound:
+            return self.replicas == 0
+        spec = current.get("spec") or {}
+        pod = (spec.get("template") or {}).get("spec") or {}
+        container = (pod.get("containers") or [{}])[0]
+        gpus = ((container.get("resources") or {}).get("limits") or {}).get(GPU)
+        return (spec.get("replicas") == self.replicas and str(gpus) == str(self.gpus_per_pod)
+                and pod.get("priorityClassName") == self.priority_class)
+
+    def apply(self) -> None:
+        self._ensure_priority_class()
+        body = self._deployment()
+        try:
+            self.kube.get_deployment(self.namespace, self.name)
+        except KubeNotFound:
+            self.kube.create_deployment(self.namespace, body)
+            return
+        self.kube.patch_deployment(self.namespace, self.name, {"spec": body["spec"]})
+
+    def _ensure_priority_class(self) -> None:
+        try:
+            existing = self.kube.get_priority_class(self.priority_class)
+        except KubeNotFound:
+            self.kube.create_priority_class({
+                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": self.priority_class}, "value": PLACEHOLDER_PRIORITY,
+                "preemptionPolicy": "Never", "globalDefault": False,
+                "description": "gpuops capacity placeholders: preempted first, yet "
+                               "cluster-autoscaler scales up for them (cutoff -10)."})
+            return
+        if int(existing.get("value", 0)) < PLACEHOLDER_PRIORITY:
+            raise LimitViolation(
+                f"PriorityClass {self.priority_class!r} has value {existing.get('value')}; "
+                f"cluster-autoscaler ignores pods below {PLACEHOLDER_PRIORITY}, so "
+                f"placeholders would add no capacity: use value {PLACEHOLDER_PRIORITY}",
+                field="placeholder.priority_class")
+
+    def _deployment(self) -> dict[str, Any]:
+        labels = {"app.kubernetes.io/name": "gpuops-placeholder", "gpuops.io/pool": self.pool,
+                  PLACEHOLDER_LABEL: "true"}
+        gpus = str(self.gpus_per_pod)
+        return {
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": self.name, "namespace": self.namespace, "labels": labels},
+            "spec": {
+                "replicas": self.replicas,
+                "selector": {"matchLabels": {"gpuops.io/pool": self.pool,
+                                             PLACEHOLDER_LABEL: "true"}},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "priorityClassName": self.priority_class,
+                        "terminationGracePeriodSeconds": 0,
+                        "nodeSelector": _selector_labels(self.node_selector),
+                        "tolerations": self.tolerations,
+                        "containers": [{
+                            "name": "pause", "image": self.image,
+                            "resources": {"requests": {GPU: gpus, "cpu": "10m",
+                                                       "memory": "16Mi"},
+                                          "limits": {GPU: gpus, "memory": "16Mi"}}}],
+                    }}}}
+
+    def details(self) -> dict[str, Any]:
+        return {"replicas": self.replicas, "gpus_per_pod": self.gpus_per_pod}
+
+
+def prewarm_actions(config: CapacityConfig, plan: CapacityPlan, targets: Sequence[PoolTarget],
+                    states: Mapping[str, PoolState], *, aws: Aws | None, kube: Kube,
+                    eks_cluster: str) -> list[SafeAction]:
+    """One action per pool for its target (and the warm pool where asked), decreases first
+    so that quota freed by one pool is there for another."""
+    specs = config.node_pool_specs({name: s.current_size for name, s in states.items()})
+    quotas = config.gpu_quotas()
+    spec_of = {s.name: s for s in specs}
+    actions: list[tuple[int, SafeAction]] = []
+    for target in targets:
+        pool = config.pool(target.pool)
+        budget_args = budget_for(spec_of[pool.name], targets, specs, quotas)
+        budget = GpuBudget(budget_args[0], budget_args[1], pool.gpus_per_node,
+                           budget_args[2]) if budget_args else None
+        action: SafeAction
+        if pool.backing == "placeholder":
+            per_pod = config.placeholder.gpus_per_pod or pool.gpus_per_node
+            action = PlaceholderCapacity(
+                kube, pool.name, config.placeholder.namespace,
+                placeholder_pods(target.target, pool.gpus_per_node,
+                                 states[pool.name].gpus_in_use, per_pod),
+                per_pod, pool.selector, config.placeholder.priority_class,
+                config.placeholder.image)
+        else:
+            assert aws is not None
+            if pool.backing == "eks":
+                action = SetNodeGroupMinSize(aws, eks_cluster, pool.group_name, pool.name,
+                                             target.target, budget)
+            else:
+                action = SetAsgDesiredCapacity(aws, pool.group_name, pool.name,
+                                               target.target, budget)
+        actions.append((target.change, action))
+        if pool.warm_pool and aws is not None:
+            warm = max(0, max(plan.nodes[pool.name]) - target.target)
+            actions.append((target.change, SetAsgWarmPool(aws, pool.group_name, pool.name,
+                                                          warm)))
+    return [a for _, a in sorted(actions, key=lambda pair: pair[0] > 0)]
