@@ -10,10 +10,6 @@ error shows that component's log.
 
 from __future__ import annotations
 
-import asyncio
-import importlib
-import importlib.util
-import inspect
 import os
 import shlex
 import signal
@@ -25,10 +21,12 @@ from types import FrameType
 
 import psutil
 
+from gpuops.deployments.history import backfill_history
 from gpuops.deployments.services import (
     Service,
     ServiceExitedError,
     host_port,
+    prometheus_data_dir,
     start_cluster_watcher,
     start_moto,
     start_prefect_server,
@@ -106,7 +104,13 @@ def start_components(
     env["GPUOPS_SLACK_RECEIVER_URL"] = receiver.url
 
     if sim is not None:  # a real cluster has its own Prometheus: set GPUOPS_PROMETHEUS_URL
-        prometheus = start_prometheus(home, targets=[host_port(sim.url)], timeout_s=timeout_s)
+        filled = backfill_history(prometheus_data_dir(home), scenario,
+                                  days=settings.history_days)
+        if filled is not None:
+            print(f"back-filled {filled.samples} samples of demand history into Prometheus "
+                  f"({filled.seconds:.1f} s)", flush=True)
+        prometheus = start_prometheus(home, targets=[host_port(sim.url)], timeout_s=timeout_s,
+                                      retention_days=max(30, settings.history_days + 7))
         services.append(prometheus)
         env["GPUOPS_PROMETHEUS_URL"] = prometheus.url
     return env
@@ -133,15 +137,11 @@ def _watch_children(services: list[Service], died: list[Service], stop: threadin
 
 
 def serve_deployments() -> None:
-    """Run `gpuops.deployments.serve.serve_all()` if that module exists; otherwise just wait."""
-    if importlib.util.find_spec("gpuops.deployments.serve") is None:
-        print("(gpuops.deployments.serve does not exist yet: no deployments are served)")
-    else:
-        result = importlib.import_module("gpuops.deployments.serve").serve_all()
-        if inspect.isawaitable(result):
-            asyncio.run(result)  # type: ignore[arg-type]
-    while True:
-        time.sleep(3600)
+    """Serve the deployments until Ctrl-C/SIGTERM. Prefect's runner handles the interrupt
+    itself (pausing the deployments) and returns; `run_up` then stops every component."""
+    from gpuops.deployments.serve import serve_all
+
+    serve_all()
 
 
 def _print_banner(home: Path, env: dict[str, str], prefect_port: int, simulated: bool) -> None:

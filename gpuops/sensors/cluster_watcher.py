@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -81,10 +82,13 @@ class ClusterWatcher:
             thread.start()
         return self
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop within `timeout` overall: capture workers finish their current restart; a
+        watch thread blocked on a quiet stream is a daemon and ends with the process."""
         self.stop_event.set()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     # --- pods ----------------------------------------------------------------------------------
 
