@@ -27,3 +27,17 @@ def test_capacity_replay_bench_reports_every_policy_and_solve_size(capsys):
     for key in ("gpu_hours", "cold_start_wait_pct", "p95_wait_s"):
         assert set(result[key]) == policies
     assert set(result["solve_s"]) == set(result["solve_gap"]) == {"4x4x12"}
+
+
+def test_restart_storm_bench_reports_every_figure(prefect_server, capsys):
+    from gpuops.bench import restart_storm
+
+    result = restart_storm.main(json_output=True, workloads=3, duration_s=20, speed=5,
+                                prefect_api_url=prefect_server, drain_timeout_s=60)
+    last_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last_line) == result
+    assert {"restarts_injected", "restarts_reported", "reported_with_evidence",
+            "missed_while_down", "logs_captured_pct", "cause_accuracy_pct", "detect_p50_s",
+            "detect_p95_s", "slack_p95_s", "max_parent_messages_per_workload_cause",
+            "flow_runs", "flow_runs_cancelled", "queue_high_water", "wall_s"} <= set(result)
+    assert result["restarts_reported"] >= 1

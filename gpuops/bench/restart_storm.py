@@ -51,17 +51,18 @@ and Slack is quiet. Figures (times are wall-clock seconds, one machine, one cloc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
 import re
-import subprocess
+import shutil
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -297,11 +298,9 @@ def _start_prefect(home: Path) -> Any:
 def _wait(predicate: Any, timeout: float, interval: float = 0.5) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(Exception):  # an error counts as "not yet"
             if predicate():
                 return True
-        except Exception:  # noqa: BLE001 - not yet
-            pass
         time.sleep(interval)
     return False
 
@@ -437,23 +436,30 @@ def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
                 next_evict += evict_every
             time.sleep(0.2)
         sim.fault("recover")
+        # Containers waiting out a CrashLoopBackOff start again at once (each such start is
+        # one more restart, of a container that crashed): move the virtual clock past the cap.
+        sim.advance(330)
         storm_s = time.time() - storm_t0
 
-        # Settle: pods running again, nothing new visible, the watcher's queue empty and
-        # every container's latest restart delivered (or declared missed).
+        # Settle: every pod running again, nothing new visible for 2 s, the watcher's queue
+        # empty and every container's latest restart delivered (or declared missed).
         watcher = watchers[-1]
 
-        def reported_counts() -> dict[tuple[str, str], int]:
+        def caught_up() -> bool:
             done: dict[tuple[str, str], int] = {}
             for identity in list(storm.delivered):
                 uid, container, count = identity.split("/")[:3]
                 done[(uid, container)] = max(done.get((uid, container), 0), int(count))
-            return done
+            return all(done.get(k, 0) >= n for k, n in raw.max_count.items() if n)
+
+        def all_running() -> bool:
+            return all(p.status.phase == "Failed" or all(
+                cs.state.running for cs in p.status.container_statuses or [])
+                for p in core.list_namespaced_pod(NAMESPACE).items)
 
         def settled() -> bool:
-            done = reported_counts()
-            return (time.time() - raw.last_change > 5 and watcher._queue.unfinished_tasks == 0
-                    and all(done.get(k, 0) >= n for k, n in raw.max_count.items() if n))
+            return (time.time() - raw.last_change > 2 and watcher._queue.unfinished_tasks == 0
+                    and caught_up() and all_running())
         _wait(settled, settle_timeout_s, 1.0)
 
         # Drain: every delivered restart in a timeline, no run active, Slack quiet.
@@ -602,13 +608,19 @@ def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
             "storm_s": round(storm_s, 1), "drain_s": round(drain_s, 1),
             "wall_s": round(time.time() - wall0, 1),
         }
-        return result
+    except BaseException:
+        print(f"restart-storm failed; logs kept in {tmp / 'logs'}", file=sys.stderr)
+        tmp = None  # type: ignore[assignment]
+        raise
     finally:
         for stop in reversed(stack):
             try:
                 stop()
             except Exception:  # noqa: BLE001, S110 - best effort teardown
                 pass
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return result
 
 
 def main(json_output: bool = True, workloads: int = 30, duration_s: float = 120.0,

@@ -238,21 +238,28 @@ def prometheus_config(targets: Sequence[str], *, job_name: str = "gpuops") -> di
     }
 
 
+def prometheus_data_dir(home: Path) -> Path:
+    """Where `start_prometheus` keeps its TSDB (and history is back-filled before it starts)."""
+    return Path(home) / "prometheus" / "data"
+
+
 def start_prometheus(
     home: Path,
     *,
     targets: Sequence[str],
     port: int | None = None,
+    retention_days: int = 30,
     timeout_s: float = 60.0,
 ) -> Service:
-    """A real Prometheus scraping `targets` (`host:port`), data in `<home>/prometheus/data`."""
+    """A real Prometheus scraping `targets` (`host:port`), data in `<home>/prometheus/data`
+    kept `retention_days` (Prometheus' own default, 15, is shorter than back-filled history)."""
     binary = shutil.which("prometheus")
     if binary is None:
         raise ServiceStartError(
             "the `prometheus` binary is not on PATH; install it with `make prometheus` "
             "(or `apt-get install prometheus`)"
         )
-    prom_dir = Path(home) / "prometheus"
+    prom_dir = prometheus_data_dir(home).parent
     (prom_dir / "data").mkdir(parents=True, exist_ok=True)
     config_path = prom_dir / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(prometheus_config(targets), sort_keys=False))
@@ -262,6 +269,7 @@ def start_prometheus(
         binary,
         f"--config.file={config_path}",
         f"--storage.tsdb.path={prom_dir / 'data'}",
+        f"--storage.tsdb.retention.time={retention_days}d",
         f"--web.listen-address={LOCALHOST}:{port}",
         "--web.enable-admin-api",
     ]

@@ -32,6 +32,11 @@ class UpSettings(BaseSettings):
         description="A real Slack bot token; when set, `gpuops up` starts no Slack fake.",
         examples=["xoxb-..."],
     )
+    history_days: int = Field(
+        default=14, ge=0, le=90, description="Days of demand history back-filled into the "
+        "simulated cluster's Prometheus before it starts, so capacity pre-warm has history at "
+        "once (0: none).",
+    )
     start_timeout_s: float = Field(
         default=120.0, description="How long to wait for each component to become ready."
     )
