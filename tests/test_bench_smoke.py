@@ -32,8 +32,8 @@ def test_capacity_replay_bench_reports_every_policy_and_solve_size(capsys):
 def test_restart_storm_bench_reports_every_figure(prefect_server, capsys):
     from gpuops.bench import restart_storm
 
-    result = restart_storm.main(json_output=True, workloads=3, duration_s=20, speed=5,
-                                prefect_api_url=prefect_server, drain_timeout_s=60)
+    result = restart_storm.main(json_output=True, workloads=3, duration_s=20, speed=2,
+                                prefect_api_url=prefect_server, drain_timeout_s=15)
     last_line = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last_line) == result
     assert {"restarts_injected", "restarts_reported", "reported_with_evidence",

@@ -114,3 +114,48 @@ def test_every_restart_is_reported_once_with_its_evidence(prefect_server, sim_fa
         assert "hunter2-pa55w0rd" not in str(event.payload)
     assert evidence.workload.kind == "Pod" and evidence.node == "gpu-a"
     assert events[-1].resource["prefect.resource.id"] == "k8s.test.pod.default.crashy"
+
+
+def test_an_evicted_pod_is_reported_once_across_updates_and_a_watcher_restart(tmp_path: Path):
+    """A one-off trigger (pod failed, restartCount 0) is remembered like a restart is."""
+    from kubernetes import client as k8s
+
+    from gpuops.tasks.evidence import ContainerState, Workload
+
+    evicted = {"metadata": {"name": "ev", "namespace": "default", "uid": "u-1"},
+               "spec": {"containers": [{"name": "main"}]},
+               "status": {"phase": "Failed", "reason": "Evicted",
+                          "containerStatuses": [{"name": "main", "restartCount": 0,
+                                                 "state": {"terminated": {"exitCode": 137}}}]}}
+    sent: list = []
+
+    class Sender:
+        def send(self, events, stop=None):
+            sent.extend(events)
+
+    def fake_capture(restart, pod, observed_at):
+        return RestartEvidence(cluster="t", namespace="default", pod="ev", pod_uid="u-1",
+                               container="main", restart_count=0, trigger=restart.trigger,
+                               trigger_reason=restart.reason, last_state=ContainerState(),
+                               workload=Workload(kind="Pod", name="ev", namespace="default"),
+                               observed_at=observed_at, captured_at=observed_at)
+
+    def new_watcher() -> ClusterWatcher:
+        w = ClusterWatcher(Kube(k8s.ApiClient(), cluster_name="t"),
+                           state_file=tmp_path / "reported.json", sender=Sender())
+        w.capture.capture = fake_capture  # type: ignore[method-assign]
+        return w
+
+    def deliver(w: ClusterWatcher) -> None:
+        while not w._queue.empty():
+            restart, pod, observed = w._queue.get_nowait()
+            w._report(restart, pod, observed)
+
+    watcher = new_watcher()
+    for _ in range(3):  # later updates of the same pod
+        watcher._detect(evicted)
+        deliver(watcher)
+    restarted = new_watcher()
+    restarted._on_pod_relist([evicted])  # a restarted watcher relists
+    deliver(restarted)
+    assert [e.payload["trigger"] for e in sent] == ["pod-failed"]

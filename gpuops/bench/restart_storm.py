@@ -13,10 +13,12 @@ What runs (all local, all real code paths):
   new one with the same state file; `force-410` and `drop-watches` are injected mid-storm too.
 
 `workloads` workloads (Deployments of 2 replicas and bare pods) each crash-loop with one known
-cause, so the ground truth cause id per workload is known (see `FAULTS`); evictions are
-repeated on the `evict` workloads. After `duration_s` of wall time the faults are recovered,
-the watcher catches up, and the bench waits until the flow has handled every delivered restart
-and Slack is quiet. Figures (times are wall-clock seconds, one machine, one clock):
+cause, so the ground truth cause id per workload is known (see `FAULTS`; config errors fail
+from the first start, the other faults strike running pods when the storm starts); evictions
+are repeated on the `evict` workloads. After `duration_s` of wall time the faults are
+recovered (and the virtual clock moved past the CrashLoopBackOff cap so every pod runs again),
+the watcher catches up, and the bench waits (at most `drain_timeout_s`) until the flow has
+handled every delivered restart and Slack is quiet. Figures (wall-clock seconds, one clock):
 
 - `restarts_injected`: restarts that really happened: the sum over every container of its
   highest `restartCount` (read through the official client at the end, and on the bench's own
@@ -40,7 +42,10 @@ and Slack is quiet. Figures (times are wall-clock seconds, one machine, one cloc
   (the fake's `ts`, set from the wall clock when it received the call). The message is the
   thread's parent when the restart opened the thread (timeline row `thread_ts` = message `ts`),
   else the threaded reply whose text is "Restart #N of <pod>/<container>". Restarts the policy
-  skipped are not counted; delivered restarts no timeline row holds are `restarts_not_handled`.
+  skipped are left out; a restart still without a message when the bench ends counts with the
+  time it has waited so far (`slack_not_posted_at_end`; the percentiles are then lower bounds).
+  `restarts_not_handled`: delivered restarts no timeline row holds at the end.
+- `watcher_internal_p95_s`: the watcher's own figure (its watch event received -> sent).
 - `max_parent_messages_per_workload_cause`: the most top-level Slack messages any
   (workload, cause) got (cause from the parent's "Cause" field, workload from its text); aim 1.
 - `flow_runs` (runs of the on-restart deployment that left Scheduled during the bench),
@@ -63,7 +68,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +178,6 @@ class RawPodWatch:
         self.core = core
         self.visible: dict[tuple[str, str, int], float] = {}
         self.max_count: dict[tuple[str, str], int] = {}
-        self.workload_of: dict[str, str] = {}  # pod uid -> workload name
         self.last_change = time.time()
         self.stop = threading.Event()
         self._rv: str | None = None
@@ -185,9 +189,8 @@ class RawPodWatch:
         return self
 
     def _see(self, pod: dict[str, Any], now: float) -> None:
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        uid = meta.get("uid", "")
-        self.workload_of[uid] = (meta.get("labels") or {}).get(LABEL, "")
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        status = pod.get("status") or {}
         for cs in (status.get("initContainerStatuses") or []) + (
                 status.get("containerStatuses") or []):
             count = int(cs.get("restartCount") or 0)
@@ -245,37 +248,8 @@ class RawPodWatch:
 
 # --- the bench ------------------------------------------------------------------------------
 
-@dataclass
-class Storm:
-    """Mutable state of one run, filled as it goes."""
-
-    cluster: str
-    workloads: list[Workload]
-    evictions: int = 0
-    down: list[tuple[float, float]] = field(default_factory=list)  # watcher down (wall times)
-    delivered: dict[str, float] = field(default_factory=dict)  # identity -> first accepted
-    deliveries: Counter[str] = field(default_factory=Counter)  # identity -> sends
-
-
-def _timed_sender(storm: Storm) -> Any:
-    from gpuops.sensors.emitter import EventSender
-
-    class TimedSender(EventSender):
-        """Acknowledged delivery, timestamped per restart identity when the server took it."""
-
-        def send(self, events: list, stop: Any = None) -> None:
-            super().send(events, stop=stop)
-            now = time.time()
-            for event in events:
-                if event.event == "gpuops.pod.restarted":
-                    identity = _identity(event.payload)
-                    storm.delivered.setdefault(identity, now)
-                    storm.deliveries[identity] += 1
-
-    return TimedSender()
-
-
 def _identity(p: dict[str, Any]) -> str:
+    """The restart identity of an event payload (as `RestartEvidence.identity`)."""
     base = f"{p['pod_uid']}/{p['container']}/{p['restart_count']}"
     trigger = p.get("trigger", "restart")
     return base if trigger == "restart" else f"{base}/{trigger}-{p.get('trigger_reason', '')}"
@@ -285,14 +259,6 @@ def _visible_key(p: dict[str, Any]) -> tuple[str, str, int]:
     if p.get("trigger", "restart") == "pod-failed":
         return (p["pod_uid"], "", -1)
     return (p["pod_uid"], p["container"], int(p["restart_count"]))
-
-
-def _start_prefect(home: Path) -> Any:
-    port = services.free_port()
-    os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
-    os.environ["PREFECT_HOME"] = str(home / "client")
-    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    return services.start_prefect_server(home, port=port, timeout_s=180)
 
 
 def _wait(predicate: Any, timeout: float, interval: float = 0.5) -> bool:
@@ -305,327 +271,405 @@ def _wait(predicate: Any, timeout: float, interval: float = 0.5) -> bool:
     return False
 
 
-async def _deployment_id() -> Any:
-    from prefect.client.orchestration import get_client
-
-    async with get_client() as c:
-        return (await c.read_deployment_by_name(DEPLOYMENT)).id
-
-
-async def _flow_runs(deployment_id: Any, since: float) -> list[Any]:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
-
-    runs: list[Any] = []
-    async with get_client() as c:
-        while True:
-            page = await c.read_flow_runs(deployment_filter=DeploymentFilter(
-                id=DeploymentFilterId(any_=[deployment_id])), limit=200, offset=len(runs))
-            runs += page
-            if len(page) < 200:
-                break
-    return [r for r in runs if r.created and r.created.timestamp() >= since
-            and r.state_type is not None and r.state_type.value != "SCHEDULED"]
+def _start_prefect(home: Path) -> services.Service:
+    port = services.free_port()
+    os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
+    os.environ["PREFECT_HOME"] = str(home / "client")
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    return services.start_prefect_server(home, port=port, timeout_s=180)
 
 
-def _slack_messages(slack_url: str) -> list[dict[str, Any]]:
-    import urllib.request
+class RestartStorm:
+    """One run: `setup`, `storm`, `settle`, `drain`, then `figures`."""
 
-    root = slack_url.removesuffix("/api/")
-    with services._direct.open(urllib.request.Request(f"{root}/_fake/messages"),
-                               timeout=30) as resp:
-        return json.loads(resp.read())["messages"]
+    def __init__(self, tmp: Path, workloads: int, duration_s: float, speed: float) -> None:
+        self.tmp = tmp
+        self.cluster = f"storm-{uuid.uuid4().hex[:8]}"
+        self.workloads = plan(workloads)
+        self.duration_s, self.speed = duration_s, speed
+        self.stops: list[Any] = []  # teardown, run in reverse
+        self.evictions = 0
+        self.down: list[tuple[float, float]] = []  # wall times with no watcher running
+        self.delivered: dict[str, float] = {}  # identity -> when the server first took it
+        self.deliveries: Counter[str] = Counter()  # identity -> times sent
+        self.t0 = time.time()
 
+    # --- setup ----------------------------------------------------------------------------
 
-def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
-        prefect_api_url: str | None = None, drain_timeout_s: float = 900.0,
-        settle_timeout_s: float = 90.0) -> dict[str, Any]:
-    wall0 = time.time()
-    tmp = Path(tempfile.mkdtemp(prefix="gpuops-restart-storm-"))
-    stack: list[Any] = []  # things to stop, in reverse
-    try:
-        if prefect_api_url is None:
-            if "prefect" in sys.modules:
-                raise RuntimeError("prefect was imported before the bench could point it at its "
-                                   "own server; pass prefect_api_url")
-            stack.append(_start_prefect(tmp).stop)
-        else:
-            os.environ["PREFECT_API_URL"] = prefect_api_url
-        # Imported only now: Prefect reads PREFECT_API_URL on import.
-        from gpuops.sensors.cluster_watcher import ClusterWatcher
+    def setup(self) -> None:
         from gpuops.tasks.kube import Kube
-        from gpuops.tasks.restart_events import read_restart_events
-        from gpuops.tasks.restart_history import load_all_timelines
 
-        storm = Storm(f"storm-{uuid.uuid4().hex[:8]}", plan(int(workloads)))
-        slack = services.start_slack_fake_server(tmp)
-        stack.append(slack.stop)
-        sim = SimClusterThread(SimConfig(scenario="empty", speed=float(speed)),
-                               tmp / "kubeconfig").start()
-        stack.append(sim.stop)
-        api = config.new_client_from_config(config_file=str(sim.kubeconfig))
-        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-        env = {**os.environ, "KUBECONFIG": str(sim.kubeconfig),
-               "GPUOPS_CLUSTER_NAME": storm.cluster, "GPUOPS_SLACK_BASE_URL": slack.url,
+        self.slack = services.start_slack_fake_server(self.tmp)
+        self.stops.append(self.slack.stop)
+        self.sim = SimClusterThread(SimConfig(scenario="empty", speed=self.speed),
+                                    self.tmp / "kubeconfig").start()
+        self.stops.append(self.sim.stop)
+        api = config.new_client_from_config(config_file=str(self.sim.kubeconfig))
+        self.core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        # The deployments, served as `gpuops up` serves them.
+        env = {**os.environ, "KUBECONFIG": str(self.sim.kubeconfig),
+               "GPUOPS_CLUSTER_NAME": self.cluster, "GPUOPS_SLACK_BASE_URL": self.slack.url,
                "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
-        serve_proc, serve_log = services.spawn(
+        proc, self.serve_log = services.spawn(
             "serve", [sys.executable, "-c",
                       "from gpuops.deployments.serve import serve_all; serve_all()"],
-            home=tmp, env=env)
-        serve = services.Service("serve", "", serve_proc, serve_log)
-        stack.append(serve.stop)
+            home=self.tmp, env=env)
+        self.stops.append(services.Service("serve", "", proc, self.serve_log).stop)
+        # Nodes, then both watches (the bench's raw one and the real watcher), then workloads.
+        pods_by_role: Counter[str] = Counter()
+        gpus_by_role: Counter[str] = Counter()
+        for w in self.workloads:
+            pods_by_role[w.role] += w.pods
+            gpus_by_role[w.role] += w.pods if w.gpu else 0
+        for role, pods in pods_by_role.items():
+            for i in range(max(1, math.ceil(gpus_by_role[role] / 8), math.ceil(pods / 100))):
+                self.core.create_node(_node(f"{role}-{i}", role))
+        self.raw = RawPodWatch(self.core).start()
+        self.stops.append(self.raw.stop.set)
+        self.kube = Kube(api, cluster_name=self.cluster)
+        self.sender = self._timed_sender()
+        self.watchers = [self._new_watcher()]
+        self.stops.append(lambda: self.watchers[-1].stop())
+        for w in self.workloads:
+            if w.fault == "config-error":
+                self.inject(w)  # a missing setting fails from the first start, as in real life
+            _create(self.core, apps, w)
+        expected = sum(w.pods for w in self.workloads)
 
-        # Nodes and workloads; every pod running before the storm.
-        by_role: Counter[str] = Counter()
-        gpus: Counter[str] = Counter()
-        for w in storm.workloads:
-            by_role[w.role] += w.pods
-            gpus[w.role] += w.pods if w.gpu else 0
-        for role, pods in by_role.items():
-            for i in range(max(1, math.ceil(gpus[role] / 8), math.ceil(pods / 100))):
-                core.create_node(_node(f"{role}-{i}", role))
-        for w in storm.workloads:
-            _create(core, apps, w)
-        expected_pods = sum(w.pods for w in storm.workloads)
-
-        def running() -> bool:
-            pods = core.list_namespaced_pod(NAMESPACE).items
-            return len(pods) >= expected_pods and all(p.status.phase == "Running" for p in pods)
+        def running() -> bool:  # a crash-looping pod's phase is Running too
+            pods = self.core.list_namespaced_pod(NAMESPACE).items
+            return len(pods) >= expected and all(p.status.phase == "Running" for p in pods)
         if not _wait(running, 120):
             raise RuntimeError("the workloads' pods did not all reach Running")
-        if not _wait(lambda: asyncio.run(_deployment_id()), 120):
-            raise RuntimeError(f"serve_all did not register {DEPLOYMENT}; see {serve_log}")
-        deployment_id = asyncio.run(_deployment_id())
+        if not _wait(lambda: asyncio.run(self._deployment_id()), 120):
+            raise RuntimeError(f"serve_all did not register {DEPLOYMENT}; see {self.serve_log}")
+        self.deployment_id = asyncio.run(self._deployment_id())
 
-        raw = RawPodWatch(core).start()
-        stack.append(raw.stop.set)
-        kube = Kube(api, cluster_name=storm.cluster)
-        sender = _timed_sender(storm)
-        state_file = tmp / "watcher-state.json"
-        watchers = [ClusterWatcher(kube, state_file=state_file, sender=sender).start()]
-        stack.append(lambda: watchers[-1].stop())
+    def _timed_sender(self) -> Any:
+        from gpuops.sensors.emitter import EventSender
 
-        # The storm.
-        storm_t0 = time.time()
-        for w in storm.workloads:
-            if w.fault != "evict":
-                sim.fault(w.fault, NAMESPACE, selector=f"{LABEL}={w.name}", **w.params)
-        duration = float(duration_s)
-        kill_at, down_for = 0.35 * duration, max(3.0, 0.1 * duration)
-        actions = sorted([(kill_at, "kill"), (kill_at + down_for, "restart"),
-                          (0.6 * duration, "force-410"), (0.8 * duration, "drop-watches")])
-        evict_every = max(4.0, duration / 12)
-        next_evict = 1.0
-        while (elapsed := time.time() - storm_t0) < duration:
+        storm = self
+
+        class TimedSender(EventSender):
+            """Acknowledged delivery, timestamped per restart identity when the server took it."""
+
+            def send(self, events: list, stop: Any = None) -> None:
+                super().send(events, stop=stop)
+                now = time.time()
+                for event in events:
+                    if event.event == "gpuops.pod.restarted":
+                        identity = _identity(event.payload)
+                        storm.delivered.setdefault(identity, now)
+                        storm.deliveries[identity] += 1
+
+        return TimedSender()
+
+    def _new_watcher(self) -> Any:
+        from gpuops.sensors.cluster_watcher import ClusterWatcher
+
+        return ClusterWatcher(self.kube, state_file=self.tmp / "watcher-state.json",
+                              sender=self.sender).start()
+
+    def inject(self, w: Workload) -> None:
+        """A selector fault: it also hits the pods that replace the workload's pods."""
+        self.sim.fault(w.fault, NAMESPACE, selector=f"{LABEL}={w.name}", **w.params)
+
+    async def _deployment_id(self) -> Any:
+        from prefect.client.orchestration import get_client
+
+        async with get_client() as c:
+            return (await c.read_deployment_by_name(DEPLOYMENT)).id
+
+    # --- the storm -------------------------------------------------------------------------
+
+    def storm(self) -> None:
+        """Faults for `duration_s`; a watcher kill and restart, a forced 410 and dropped
+        watches on the way; evictions every few seconds; then `recover`."""
+        started = time.time()
+        for w in self.workloads:
+            if w.fault not in ("evict", "config-error"):
+                self.inject(w)
+        d = self.duration_s
+        kill_at = 0.35 * d
+        actions = sorted([(kill_at, "kill"), (kill_at + max(3.0, 0.1 * d), "restart"),
+                          (0.6 * d, "force-410"), (0.8 * d, "drop-watches")])
+        evict_every, next_evict = max(4.0, d / 12), 1.0
+        while (elapsed := time.time() - started) < d:
             while actions and actions[0][0] <= elapsed:
-                _, action = actions.pop(0)
-                if action == "kill":
-                    watchers[-1].stop()
-                    storm.down.append((time.time(), math.inf))
-                elif action == "restart":
-                    watchers.append(ClusterWatcher(kube, state_file=state_file,
-                                                   sender=sender).start())
-                    storm.down[-1] = (storm.down[-1][0], time.time())
+                action = actions.pop(0)[1]
+                if action == "kill":  # down from the moment it is told to stop
+                    self.down.append((time.time(), math.inf))
+                    self.watchers[-1].stop()
+                elif action == "restart":  # a new watcher, the same state file
+                    self.watchers.append(self._new_watcher())
+                    self.down[-1] = (self.down[-1][0], time.time())
                 else:
-                    sim.fault(action)
+                    self.sim.fault(action)
             if elapsed >= next_evict:
-                for w in storm.workloads:
+                for w in self.workloads:
                     if w.fault == "evict":
-                        storm.evictions += len(sim.fault("evict", NAMESPACE,
-                                                         selector=f"{LABEL}={w.name}")["evicted"])
+                        self.evictions += len(self.sim.fault(
+                            "evict", NAMESPACE, selector=f"{LABEL}={w.name}")["evicted"])
                 next_evict += evict_every
             time.sleep(0.2)
-        sim.fault("recover")
+        self.sim.fault("recover")
         # Containers waiting out a CrashLoopBackOff start again at once (each such start is
         # one more restart, of a container that crashed): move the virtual clock past the cap.
-        sim.advance(330)
-        storm_s = time.time() - storm_t0
+        self.sim.advance(330)
+        self.storm_s = time.time() - started
 
-        # Settle: every pod running again, nothing new visible for 2 s, the watcher's queue
-        # empty and every container's latest restart delivered (or declared missed).
-        watcher = watchers[-1]
+    def settle(self, timeout_s: float) -> None:
+        """Every pod running again, nothing new for 2 s, the watcher's queue empty, and each
+        container's latest restart delivered (or declared missed)."""
+        watcher = self.watchers[-1]
 
         def caught_up() -> bool:
             done: dict[tuple[str, str], int] = {}
-            for identity in list(storm.delivered):
+            for identity in list(self.delivered):
                 uid, container, count = identity.split("/")[:3]
                 done[(uid, container)] = max(done.get((uid, container), 0), int(count))
-            return all(done.get(k, 0) >= n for k, n in raw.max_count.items() if n)
+            return all(done.get(k, 0) >= n for k, n in self.raw.max_count.items() if n)
 
         def all_running() -> bool:
             return all(p.status.phase == "Failed" or all(
                 cs.state.running for cs in p.status.container_statuses or [])
-                for p in core.list_namespaced_pod(NAMESPACE).items)
+                for p in self.core.list_namespaced_pod(NAMESPACE).items)
 
-        def settled() -> bool:
-            return (time.time() - raw.last_change > 2 and watcher._queue.unfinished_tasks == 0
-                    and caught_up() and all_running())
-        _wait(settled, settle_timeout_s, 1.0)
+        _wait(lambda: time.time() - self.raw.last_change > 2
+              and watcher._queue.unfinished_tasks == 0 and caught_up() and all_running(),
+              timeout_s, 1.0)
 
-        # Drain: every delivered restart in a timeline, no run active, Slack quiet.
-        drain_t0 = time.time()
-        prefix = f"{storm.cluster}/"
-
-        def handled() -> set[str]:
-            timelines = asyncio.run(load_all_timelines())
-            return {r.identity for t in timelines if t.workload_key.startswith(prefix)
-                    for r in t.rows}
-        last_slack = [-1, time.time()]
+    def drain(self, timeout_s: float) -> None:
+        """Until every delivered restart is in a timeline, no run is active, Slack is quiet."""
+        started = time.time()
+        last = [-1, time.time()]  # Slack message count, when it last changed
 
         def drained() -> bool:
-            count = len(_slack_messages(slack.url))
-            if count != last_slack[0]:
-                last_slack[:] = [count, time.time()]
-            if set(storm.delivered) - handled():
+            count = len(self.slack_messages())
+            if count != last[0]:
+                last[:] = [count, time.time()]
+            if set(self.delivered) - set(self.timeline_rows()):
                 return False
-            runs = asyncio.run(_flow_runs(deployment_id, wall0))
-            active = [r for r in runs if r.state_type.value in ("RUNNING", "PENDING")]
-            return not active and time.time() - last_slack[1] >= 5
-        _wait(drained, float(drain_timeout_s), 2.0)
-        drain_s = time.time() - drain_t0
+            runs = asyncio.run(self.flow_runs())
+            return not any(r.state_type.value in ("RUNNING", "PENDING") for r in runs) \
+                and time.time() - last[1] >= 3
+        _wait(drained, timeout_s, 2.0)
+        self.drain_s = time.time() - started
 
-        # --- figures ------------------------------------------------------------------------
-        pods = core.list_namespaced_pod(NAMESPACE).items
-        for p in pods:
+    # --- reading back ----------------------------------------------------------------------
+
+    def slack_messages(self) -> list[dict[str, Any]]:
+        with services._direct.open(self.slack.url.removesuffix("/api/") + "/_fake/messages",
+                                   timeout=30) as resp:
+            return json.loads(resp.read())["messages"]
+
+    def timeline_rows(self) -> dict[str, tuple[Any, Any]]:
+        """identity -> (timeline, row) over this cluster's workload timelines."""
+        from gpuops.tasks.restart_history import load_all_timelines
+
+        return {r.identity: (t, r) for t in asyncio.run(load_all_timelines())
+                if t.workload_key.startswith(f"{self.cluster}/") for r in t.rows}
+
+    async def flow_runs(self) -> list[Any]:
+        """Runs of the on-restart deployment created during the bench, Scheduled ones aside."""
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+        runs: list[Any] = []
+        async with get_client() as c:
+            while True:
+                page = await c.read_flow_runs(deployment_filter=DeploymentFilter(
+                    id=DeploymentFilterId(any_=[self.deployment_id])), limit=200,
+                    offset=len(runs))
+                runs += page
+                if len(page) < 200:
+                    break
+        return [r for r in runs if r.created and r.created.timestamp() >= self.t0
+                and r.state_type is not None and r.state_type.value != "SCHEDULED"]
+
+    def restart_events(self) -> dict[str, dict[str, Any]]:
+        """identity -> payload of this cluster's `gpuops.pod.restarted` events (50 a page)."""
+        from datetime import UTC, datetime, timedelta
+
+        from gpuops.tasks.restart_events import read_restart_events
+
+        events = asyncio.run(read_restart_events(
+            self.cluster, datetime.fromtimestamp(self.t0, UTC) - timedelta(minutes=1),
+            datetime.now(UTC) + timedelta(minutes=1), max_events=1_000_000))
+        return {_identity(e.payload): e.payload for e in events}
+
+    # --- figures ---------------------------------------------------------------------------
+
+    def figures(self) -> dict[str, Any]:
+        for p in self.core.list_namespaced_pod(NAMESPACE).items:
             for cs in (p.status.init_container_statuses or []) + (
                     p.status.container_statuses or []):
                 key = (p.metadata.uid, cs.name)
-                raw.max_count[key] = max(raw.max_count.get(key, 0), cs.restart_count or 0)
-        container_restarts = sum(raw.max_count.values())
-        injected = container_restarts + storm.evictions
-
-        now = time.time()
-        from datetime import UTC, datetime, timedelta
-        events = asyncio.run(read_restart_events(
-            storm.cluster, datetime.fromtimestamp(wall0, UTC) - timedelta(minutes=1),
-            datetime.fromtimestamp(now, UTC) + timedelta(minutes=1), max_events=100_000))
-        payloads = {_identity(e.payload): e.payload for e in events}
+                self.raw.max_count[key] = max(self.raw.max_count.get(key, 0),
+                                              cs.restart_count or 0)
+        container_restarts = sum(self.raw.max_count.values())
+        injected = container_restarts + self.evictions
+        end = time.time()
+        payloads = self.restart_events()
         missed = sum(int(p.get("restarts_missed") or 0) for p in payloads.values())
         reported = len(payloads) + missed
-        container_payloads = [p for p in payloads.values() if p.get("trigger") == "restart"]
-        with_log = sum(1 for p in container_payloads if p.get("previous_log"))
-
-        def while_down(t: float) -> bool:
-            return any(a <= t <= b for a, b in storm.down)
-        detect, excluded = [], 0
-        for identity, p in payloads.items():
-            seen_at, sent_at = raw.visible.get(_visible_key(p)), storm.delivered.get(identity)
-            if seen_at is None or sent_at is None:
-                continue
-            if while_down(seen_at):
-                excluded += 1
-                continue
-            detect.append(sent_at - seen_at)
-
-        truth = {w.name: w.cause for w in storm.workloads}
-        timelines = [t for t in asyncio.run(load_all_timelines())
-                     if t.workload_key.startswith(prefix)]
-        rows = {r.identity: (t, r) for t in timelines for r in t.rows}
-        correct, checked, errors = 0, 0, Counter()
-        for identity, (t, r) in rows.items():
-            if identity not in payloads:
-                continue
-            expected = truth.get(t.workload[2])
-            checked += 1
-            if r.cause == expected:
-                correct += 1
-            else:
-                errors[f"{expected}->{r.cause}"] += 1
-
-        messages = [m for m in _slack_messages(slack.url) if storm.cluster in json.dumps(m)
-                    or m.get("thread_ts")]
-        by_ts = {m["ts"]: m for m in messages}
-        replies: dict[tuple[str, str], float] = {}
-        for m in messages:
-            if m.get("thread_ts") and m["thread_ts"] != m["ts"]:
-                first = m.get("updates", [{}])[0].get("text") if m.get("updates") else None
-                match = re.match(r"Restart #(\d+) of (\S+?):", first or m.get("text") or "")
-                if match:
-                    replies.setdefault((m["thread_ts"], f"{match[2]}#{match[1]}"),
-                                       float(m["ts"]))
-        slack_lat, unmatched, skipped, opened = [], 0, 0, set()
-        for identity, p in payloads.items():
-            if identity not in rows:
-                continue
-            t, r = rows[identity]
-            if not r.reported.startswith("posted") or not r.thread_ts:
-                skipped += 1
-                continue
-            sent_at = storm.delivered.get(identity)
-            first_in_thread = next(x for x in t.rows if x.thread_ts == r.thread_ts)
-            if first_in_thread.identity == identity and r.thread_ts in by_ts \
-                    and r.thread_ts not in opened:
-                opened.add(r.thread_ts)
-                posted_at: float | None = float(r.thread_ts)
-            else:
-                posted_at = replies.get(
-                    (r.thread_ts, f"{p['pod']}/{p['container']}#{p['restart_count']}"))
-            if posted_at is None or sent_at is None:
-                unmatched += 1
-                continue
-            slack_lat.append(posted_at - sent_at)
-
-        parents: Counter[tuple[str, str]] = Counter()
-        for m in messages:
-            if m.get("thread_ts") not in (None, m["ts"]):
-                continue
-            original = (m.get("updates") or [m])[0]
-            blocks = json.dumps(original.get("blocks") or [])
-            cause = re.search(r"\*Cause\*\\n`([^`]+)`", blocks)
-            workload = re.search(r": (\w+/[\w.-]+) in " + re.escape(storm.cluster),
-                                 original.get("text") or "")
-            parents[(workload[1] if workload else "?", cause[1] if cause else "?")] += 1
-
-        runs = asyncio.run(_flow_runs(deployment_id, wall0))
+        restarts = [p for p in payloads.values() if p.get("trigger", "restart") == "restart"]
+        with_log = sum(1 for p in restarts if p.get("previous_log"))
+        detect, excluded = self._detect_latencies(payloads)
+        rows = self.timeline_rows()
+        accuracy, checked, errors = self._cause_accuracy(payloads, rows)
+        messages = self.slack_messages()
+        slack, waiting, skipped = self._slack_latencies(payloads, rows, messages, end)
+        parents = self._parents_per_workload_cause(messages)
+        runs = asyncio.run(self.flow_runs())
         states = Counter(r.state_type.value for r in runs)
-        result = {
-            "workloads": len(storm.workloads), "duration_s": duration, "speed": float(speed),
+        return {
+            "workloads": len(self.workloads), "duration_s": self.duration_s,
+            "speed": self.speed,
             "restarts_injected": injected, "container_restarts": container_restarts,
-            "evictions": storm.evictions,
+            "evictions": self.evictions,
             "restarts_reported": reported, "reported_with_evidence": len(payloads),
             "missed_while_down": missed,
-            "reported_pct": round(100 * reported / injected, 1) if injected else None,
-            "duplicate_deliveries": sum(n - 1 for n in storm.deliveries.values()),
-            "logs_captured_pct": round(100 * with_log / len(container_payloads), 1)
-            if container_payloads else None,
-            "cause_accuracy_pct": round(100 * correct / checked, 1) if checked else None,
-            "causes_checked": checked, "cause_errors": dict(errors),
+            "reported_pct": _pct(reported, injected),
+            "duplicate_deliveries": sum(n - 1 for n in self.deliveries.values()),
+            "logs_captured_pct": _pct(with_log, len(restarts)),
+            "cause_accuracy_pct": accuracy, "causes_checked": checked,
+            "cause_errors": errors,
             "detect_p50_s": _percentile(detect, 50), "detect_p95_s": _percentile(detect, 95),
             "detect_max_s": _percentile(detect, 100), "detect_samples": len(detect),
             "detect_excluded_while_down": excluded,
-            "slack_p50_s": _percentile(slack_lat, 50), "slack_p95_s": _percentile(slack_lat, 95),
-            "slack_max_s": _percentile(slack_lat, 100), "slack_samples": len(slack_lat),
-            "slack_unmatched": unmatched, "slack_skipped_by_policy": skipped,
+            "watcher_internal_p95_s": _percentile(
+                [x for w in self.watchers for x in w.stats.detect_latencies_s], 95),
+            "slack_p50_s": _percentile(slack, 50), "slack_p95_s": _percentile(slack, 95),
+            "slack_max_s": _percentile(slack, 100), "slack_samples": len(slack),
+            "slack_not_posted_at_end": waiting, "slack_skipped_by_policy": skipped,
             "restarts_not_handled": len(set(payloads) - set(rows)),
             "max_parent_messages_per_workload_cause": max(parents.values(), default=0),
             "parent_messages": sum(parents.values()), "slack_messages": len(messages),
             "flow_runs": len(runs), "flow_runs_cancelled": states.get("CANCELLED", 0),
             "flow_runs_failed": states.get("FAILED", 0) + states.get("CRASHED", 0),
-            "queue_high_water": max(w.stats.queue_high_water for w in watchers),
-            "capture_errors": sum(w.stats.capture_errors for w in watchers),
-            "watcher_restarts": len(watchers) - 1,
-            "relists": sum(w.pods.relists for w in watchers),
-            "storm_s": round(storm_s, 1), "drain_s": round(drain_s, 1),
-            "wall_s": round(time.time() - wall0, 1),
+            "queue_high_water": max(w.stats.queue_high_water for w in self.watchers),
+            "capture_errors": sum(w.stats.capture_errors for w in self.watchers),
+            "watcher_restarts": len(self.watchers) - 1,
+            "relists": sum(w.pods.relists for w in self.watchers),
+            "storm_s": round(self.storm_s, 1), "drain_s": round(self.drain_s, 1),
+            "wall_s": round(time.time() - self.t0, 1),
         }
+
+    def _detect_latencies(self, payloads: dict[str, dict[str, Any]]) -> tuple[list[float], int]:
+        """Raw watch saw it -> the server took its event; not for what showed while down."""
+        latencies, excluded = [], 0
+        for identity, p in payloads.items():
+            seen, sent = self.raw.visible.get(_visible_key(p)), self.delivered.get(identity)
+            if seen is None or sent is None:
+                continue
+            if any(a <= seen <= b for a, b in self.down):
+                excluded += 1
+            else:
+                latencies.append(sent - seen)
+        return latencies, excluded
+
+    def _cause_accuracy(self, payloads: dict[str, Any], rows: dict[str, tuple[Any, Any]]
+                        ) -> tuple[float | None, int, dict[str, int]]:
+        truth = {w.name: w.cause for w in self.workloads}
+        checked = correct = 0
+        errors: Counter[str] = Counter()
+        for identity, (timeline, row) in rows.items():
+            if identity in payloads:
+                expected = truth.get(timeline.workload[2])
+                checked += 1
+                correct += row.cause == expected
+                if row.cause != expected:
+                    errors[f"{expected}->{row.cause}"] += 1
+        return _pct(correct, checked), checked, dict(errors)
+
+    def _slack_latencies(self, payloads: dict[str, dict[str, Any]],
+                         rows: dict[str, tuple[Any, Any]], messages: list[dict[str, Any]],
+                         end: float) -> tuple[list[float], int, int]:
+        """Event taken -> its Slack message posted. The message is the parent when the restart
+        opened the thread, else the reply "Restart #N of pod/container". A restart with no
+        message at the end counts with the time it has waited (the figure is a lower bound)."""
+        parents = {m["ts"] for m in messages if m.get("thread_ts") in (None, m["ts"])}
+        replies: dict[tuple[str, str], float] = {}
+        for m in messages:
+            match = re.match(r"Restart #(\d+) of (\S+?):", m.get("text") or "")
+            if match and m.get("thread_ts") not in (None, m["ts"]):
+                replies.setdefault((m["thread_ts"], f"{match[2]}#{match[1]}"), float(m["ts"]))
+        latencies, waiting, skipped = [], 0, 0
+        for identity, p in payloads.items():
+            sent = self.delivered.get(identity)
+            if sent is None:
+                continue
+            posted: float | None = None
+            if identity in rows:
+                timeline, row = rows[identity]
+                if not row.reported.startswith("posted") or not row.thread_ts:
+                    skipped += 1
+                    continue
+                opener = next(r for r in timeline.rows if r.thread_ts == row.thread_ts)
+                if opener.identity == identity and row.thread_ts in parents:
+                    posted = float(row.thread_ts)
+                else:
+                    reply = f"{p['pod']}/{p['container']}#{p['restart_count']}"
+                    posted = replies.get((row.thread_ts, reply))
+            if posted is None:
+                waiting += 1
+                posted = end
+            latencies.append(posted - sent)
+        return latencies, waiting, skipped
+
+    def _parents_per_workload_cause(self, messages: list[dict[str, Any]]
+                                    ) -> Counter[tuple[str, str]]:
+        """Top-level messages per (workload, cause), read from each parent as first posted."""
+        parents: Counter[tuple[str, str]] = Counter()
+        for m in messages:
+            if m.get("thread_ts") not in (None, m["ts"]):
+                continue
+            original = (m.get("updates") or [m])[0]
+            cause = re.search(r"\*Cause\*\\n`([^`]+)`", json.dumps(original.get("blocks") or []))
+            workload = re.search(r": (\w+/[\w.-]+) in " + re.escape(self.cluster),
+                                 original.get("text") or "")
+            parents[(workload[1] if workload else "?", cause[1] if cause else "?")] += 1
+        return parents
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return round(100 * part / whole, 1) if whole else None
+
+
+def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
+        prefect_api_url: str | None = None, drain_timeout_s: float = 1800.0,
+        settle_timeout_s: float = 90.0) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="gpuops-restart-storm-"))
+    bench = RestartStorm(tmp, workloads, duration_s, speed)
+    try:
+        if prefect_api_url is None:
+            if "prefect" in sys.modules:
+                raise RuntimeError("prefect was imported before the bench could point it at "
+                                   "its own server; pass prefect_api_url")
+            bench.stops.append(_start_prefect(tmp).stop)  # before anything imports prefect
+        else:
+            os.environ["PREFECT_API_URL"] = prefect_api_url
+        bench.setup()
+        bench.storm()
+        bench.settle(settle_timeout_s)
+        bench.drain(drain_timeout_s)
+        result = bench.figures()
     except BaseException:
         print(f"restart-storm failed; logs kept in {tmp / 'logs'}", file=sys.stderr)
-        tmp = None  # type: ignore[assignment]
         raise
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
     finally:
-        for stop in reversed(stack):
-            try:
+        for stop in reversed(bench.stops):
+            with contextlib.suppress(Exception):  # best-effort teardown
                 stop()
-            except Exception:  # noqa: BLE001, S110 - best effort teardown
-                pass
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
     return result
 
 
 def main(json_output: bool = True, workloads: int = 30, duration_s: float = 120.0,
          speed: float = 10.0, prefect_api_url: str | None = None,
-         drain_timeout_s: float = 900.0) -> dict[str, Any]:
+         drain_timeout_s: float = 1800.0) -> dict[str, Any]:
     result = run(int(workloads), float(duration_s), float(speed), prefect_api_url,
                  float(drain_timeout_s))
     if not json_output:

@@ -46,6 +46,12 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _done(restart: DetectedRestart) -> int:
+    """What `ReportedStore` keeps for a reported restart: its restartCount, or 1 for a one-off
+    trigger (pod failed, stuck waiting), whose restartCount may well be 0."""
+    return restart.restart_count if restart.trigger == "restart" else 1
+
+
 class ClusterWatcher:
     def __init__(self, kube: Kube, *, state_file: Path | None = None, workers: int = 4,
                  queue_size: int = 1000, log_cap_bytes: int = 1 << 20,
@@ -111,9 +117,11 @@ class ClusterWatcher:
                     (pod.get("status") or {}).get("initContainerStatuses") or []):
                 key = f"{pod['metadata'].get('uid')}/{cs['name']}"
                 known[key] = max(self.reported.get(key), self._pending.get(key, 0))
-            found = detect_restarts(pod, known)
+            # One-off triggers (pod failed, stuck waiting) have keys of their own: look them up.
+            found = [r for r in detect_restarts(pod, known) if r.trigger == "restart"
+                     or max(self.reported.get(r.key), self._pending.get(r.key, 0)) < 1]
             for restart in found:
-                self._pending[restart.key] = restart.restart_count
+                self._pending[restart.key] = _done(restart)
         for restart in found:
             self.stats.detected += 1
             self._queue.put((restart, pod, observed))  # blocks when full: backpressure
@@ -131,7 +139,7 @@ class ClusterWatcher:
                 self.stats.capture_errors += 1
                 log.exception("could not report restart %s", restart.identity)
                 with self._lock:
-                    if self._pending.get(restart.key) == restart.restart_count:
+                    if self._pending.get(restart.key) == _done(restart):
                         del self._pending[restart.key]  # a later update will retry it
             finally:
                 self._queue.task_done()
@@ -151,8 +159,8 @@ class ClusterWatcher:
         self.stats.emitted += 1
         self.stats.detect_latencies_s.append((_now() - observed).total_seconds())
         with self._lock:
-            self.reported.mark(restart.key, restart.restart_count)
-            if self._pending.get(restart.key) == restart.restart_count:
+            self.reported.mark(restart.key, _done(restart))
+            if self._pending.get(restart.key) == _done(restart):
                 del self._pending[restart.key]
 
     def _fit(self, evidence: RestartEvidence) -> dict[str, Any]:
