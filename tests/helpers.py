@@ -31,3 +31,34 @@ def status_message(error: Exception) -> str:
     import json
 
     return json.loads(error.body)["message"]  # type: ignore[attr-defined]
+
+
+class FlowThread:
+    """A flow run in a background thread, for runs that pause for approval.
+
+    Subclasses say how to run their flow in `run_flow`; `result()` joins and returns the
+    final state (or raises what the run raised)."""
+
+    def __init__(self, **params: object) -> None:
+        import threading
+
+        self.state: object = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, kwargs=params, daemon=True)
+        self._thread.start()
+
+    def run_flow(self, **params: object) -> object:
+        raise NotImplementedError
+
+    def _run(self, **params: object) -> None:
+        try:
+            self.state = self.run_flow(**params)
+        except BaseException as e:  # noqa: BLE001 - reported by result()
+            self.error = e
+
+    def result(self, timeout: float = 120) -> object:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the flow run did not finish"
+        if self.error:
+            raise self.error
+        return self.state

@@ -8,7 +8,6 @@ import hashlib
 import hmac
 import itertools
 import json
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -27,6 +26,7 @@ from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.deployments.services import free_port
 from gpuops.flows.drain_node import drain_node
 from gpuops.sensors.slack_receiver import build_receiver, serve_http
+from tests import helpers
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -122,25 +122,9 @@ def env(prefect_server, sim, slack_fake, request) -> Env:
     return Env(sim, slack_fake, Receiver(f"http://127.0.0.1:{port}/slack/events"), v1, blocks)
 
 
-class FlowThread:
-    def __init__(self, **params: Any) -> None:
-        self.state: Any = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, kwargs=params, daemon=True)
-        self._thread.start()
-
-    def _run(self, **params: Any) -> None:
-        try:
-            self.state = asyncio.run(drain_node(**params, return_state=True))
-        except BaseException as e:  # noqa: BLE001 - reported by result()
-            self.error = e
-
-    def result(self, timeout: float = 120) -> Any:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "the flow run did not finish"
-        if self.error:
-            raise self.error
-        return self.state
+class FlowThread(helpers.FlowThread):
+    def run_flow(self, **params: Any) -> Any:
+        return asyncio.run(drain_node(**params, return_state=True))
 
 
 def approval_message(env: Env, count: int = 1) -> dict:

@@ -8,7 +8,6 @@ import asyncio
 import json
 import subprocess
 import textwrap
-import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from gpuops.tasks.capacity import CapacityPlan, NodePoolSpec
 from gpuops.tasks.kube import Kube
 from gpuops.tasks.prewarm import PoolState, derive_targets, placeholder_pods, pool_usage
 from gpuops.tasks.prometheus import Prometheus
+from tests import helpers
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(150)
@@ -224,27 +224,11 @@ def run_flow(**params: Any) -> Any:
     return asyncio.run(capacity_prewarm(now=NOW, **params, return_state=True))
 
 
-class FlowThread:
+class FlowThread(helpers.FlowThread):
     """The flow in a thread, for runs that pause for approval."""
 
-    def __init__(self, **params: Any) -> None:
-        self.state: Any = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, kwargs=params, daemon=True)
-        self._thread.start()
-
-    def _run(self, **params: Any) -> None:
-        try:
-            self.state = run_flow(**params)
-        except BaseException as e:  # noqa: BLE001 - reported by result()
-            self.error = e
-
-    def result(self, timeout: float = 90) -> Any:
-        self._thread.join(timeout)
-        assert not self._thread.is_alive(), "the flow run did not finish"
-        if self.error:
-            raise self.error
-        return self.state
+    def run_flow(self, **params: Any) -> Any:
+        return run_flow(**params)
 
 
 async def _artifacts(flow_run_id: uuid.UUID) -> dict[str, Any]:
