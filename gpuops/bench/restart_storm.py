@@ -45,7 +45,8 @@ handled every delivered restart and Slack is quiet. Figures (wall-clock seconds,
   skipped are left out; a restart still without a message when the bench ends counts with the
   time it has waited so far (`slack_not_posted_at_end`; the percentiles are then lower bounds).
   `restarts_not_handled`: delivered restarts no timeline row holds at the end.
-- `watcher_internal_p95_s`: the watcher's own figure (its watch event received -> sent).
+- `watcher_internal_p95_s`: the watcher's own figure (its watch event received -> sent), of
+  which `event_send_p95_s` is the acknowledged POST to the Prefect server.
 - `max_parent_messages_per_workload_cause`: the most top-level Slack messages any
   (workload, cause) got (cause from the parent's "Cause" field, workload from its text); aim 1.
 - `flow_runs` (runs of the on-restart deployment that left Scheduled during the bench),
@@ -292,6 +293,7 @@ class RestartStorm:
         self.down: list[tuple[float, float]] = []  # wall times with no watcher running
         self.delivered: dict[str, float] = {}  # identity -> when the server first took it
         self.deliveries: Counter[str] = Counter()  # identity -> times sent
+        self.send_s: list[float] = []  # how long each acknowledged delivery took
         self.t0 = time.time()
 
     # --- setup ----------------------------------------------------------------------------
@@ -354,8 +356,10 @@ class RestartStorm:
             """Acknowledged delivery, timestamped per restart identity when the server took it."""
 
             def send(self, events: list, stop: Any = None) -> None:
+                started = time.time()
                 super().send(events, stop=stop)
                 now = time.time()
+                storm.send_s.append(now - started)
                 for event in events:
                     if event.event == "gpuops.pod.restarted":
                         identity = _identity(event.payload)
@@ -540,6 +544,7 @@ class RestartStorm:
             "detect_excluded_while_down": excluded,
             "watcher_internal_p95_s": _percentile(
                 [x for w in self.watchers for x in w.stats.detect_latencies_s], 95),
+            "event_send_p95_s": _percentile(self.send_s, 95),
             "slack_p50_s": _percentile(slack, 50), "slack_p95_s": _percentile(slack, 95),
             "slack_max_s": _percentile(slack, 100), "slack_samples": len(slack),
             "slack_not_posted_at_end": waiting, "slack_skipped_by_policy": skipped,
