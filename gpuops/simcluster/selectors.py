@@ -1,4 +1,9 @@
-"""Label and field selectors with the apiserver's grammar and error messages."""
+"""Label and field selectors with the apiserver's grammar and error messages.
+
+The label grammar is `gpuops.common.labels` (shared with the restart policy's filter); this
+module answers its errors as 400 and adds what only an API server needs: LabelSelector
+objects (`matchLabels` + `matchExpressions`) and the field selectors of each kind.
+"""
 
 from __future__ import annotations
 
@@ -7,88 +12,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuops.common.labels import LabelSelectorError, Requirement, labels_match
+from gpuops.common.labels import parse_label_selector as _parse_labels
+
 from .errors import bad_request
 
-_TOKEN = re.compile(r"\s*(!=|==|=|!|\(|\)|,|[^\s!=(),]+)")
-
-
-@dataclass(frozen=True)
-class Requirement:
-    key: str
-    op: str  # "=", "!=", "in", "notin", "exists", "!exists"
-    values: frozenset[str] = frozenset()
-
-    def matches(self, labels: dict[str, str]) -> bool:
-        present = self.key in labels
-        if self.op == "exists":
-            return present
-        if self.op == "!exists":
-            return not present
-        if self.op == "=":
-            return present and labels[self.key] in self.values
-        if self.op == "!=":
-            return not present or labels[self.key] not in self.values
-        if self.op == "in":
-            return present and labels[self.key] in self.values
-        return not present or labels[self.key] not in self.values  # notin
+__all__ = ["FieldRequirement", "Requirement", "fields_match", "labels_match",
+           "parse_field_selector", "parse_label_selector", "selector_from_spec"]
 
 
 def parse_label_selector(text: str | None) -> list[Requirement]:
-    if not text:
-        return []
-    tokens = _TOKEN.findall(text)
-    reqs: list[Requirement] = []
-    i = 0
-
-    def fail(msg: str) -> Exception:
-        return bad_request(f"unable to parse requirement: {msg} in label selector {text!r}")
-
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok == "!":
-            if i + 1 >= len(tokens):
-                raise fail("missing key after '!'")
-            reqs.append(Requirement(tokens[i + 1], "!exists"))
-            i += 2
-        else:
-            key = tok
-            nxt = tokens[i + 1] if i + 1 < len(tokens) else ","
-            if nxt == ",":
-                reqs.append(Requirement(key, "exists"))
-                i += 1
-            elif nxt in ("=", "==", "!="):
-                if i + 2 >= len(tokens) or tokens[i + 2] == ",":
-                    value = ""
-                    i += 2
-                else:
-                    value = tokens[i + 2]
-                    i += 3
-                reqs.append(Requirement(key, "!=" if nxt == "!=" else "=", frozenset([value])))
-            elif nxt in ("in", "notin"):
-                if i + 2 >= len(tokens) or tokens[i + 2] != "(":
-                    raise fail(f"expected '(' after {nxt!r}")
-                j = i + 3
-                values: list[str] = []
-                while j < len(tokens) and tokens[j] != ")":
-                    if tokens[j] != ",":
-                        values.append(tokens[j])
-                    j += 1
-                if j >= len(tokens):
-                    raise fail("missing ')'")
-                reqs.append(Requirement(key, nxt, frozenset(values)))
-                i = j + 1
-            else:
-                raise fail(f"unexpected {nxt!r} after key {key!r}")
-        if i < len(tokens):
-            if tokens[i] != ",":
-                raise fail(f"expected ',' but found {tokens[i]!r}")
-            i += 1
-    return reqs
-
-
-def labels_match(reqs: list[Requirement], labels: dict[str, str] | None) -> bool:
-    labels = labels or {}
-    return all(r.matches(labels) for r in reqs)
+    """`gpuops.common.labels.parse_label_selector`, a bad selector answered as 400."""
+    try:
+        return _parse_labels(text)
+    except LabelSelectorError as e:
+        raise bad_request(str(e)) from e
 
 
 def selector_from_spec(selector: dict[str, Any] | None) -> list[Requirement]:

@@ -2,36 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
 
+from gpuops.common.labels import LabelSelectorError, labels_match, parse_label_selector
 from gpuops.tasks.diagnose import Diagnosis
 from gpuops.tasks.evidence import RestartEvidence
 
 CHANNEL_KEY = "gpuops.io/slack-channel"
-
-
-def _selector_matches(selector: str, labels: dict[str, str]) -> bool:
-    """The label-selector grammar (`a=b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`)."""
-    if not selector.strip():
-        return True
-    for part in re.split(r",(?![^()]*\))", selector):
-        part = part.strip()
-        if m := re.fullmatch(r"(\S+)\s+(in|notin)\s+\(([^)]*)\)", part):
-            values = {v.strip() for v in m.group(3).split(",")}
-            inside = labels.get(m.group(1)) in values
-            if inside != (m.group(2) == "in"):
-                return False
-        elif m := re.fullmatch(r"([^!=\s]+)\s*(==|=|!=)\s*(\S*)", part):
-            equal = labels.get(m.group(1)) == m.group(3)
-            if equal != (m.group(2) != "!="):
-                return False
-        elif part.startswith("!"):
-            if part[1:].strip() in labels:
-                return False
-        elif part not in labels:
-            return False
-    return True
 
 
 def skip_reason(evidence: RestartEvidence, diagnosis: Diagnosis, policy, now: datetime
@@ -42,7 +19,11 @@ def skip_reason(evidence: RestartEvidence, diagnosis: Diagnosis, policy, now: da
         return f"namespace {ns} is not in the allow list"
     if ns in policy.namespaces_deny:
         return f"namespace {ns} is denied"
-    if not _selector_matches(policy.pod_label_selector, evidence.pod_labels):
+    try:
+        selector = parse_label_selector(policy.pod_label_selector)
+    except LabelSelectorError as e:
+        return f"invalid pod_label_selector (fix it in the `gpuops-restart-policy` block): {e}"
+    if not labels_match(selector, evidence.pod_labels):
         return f"pod labels do not match {policy.pod_label_selector!r}"
     if evidence.trigger == "restart" and evidence.restart_count < policy.min_restart_count:
         return f"restartCount {evidence.restart_count} < {policy.min_restart_count}"
