@@ -270,3 +270,46 @@ def test_a_bad_event_payload_is_rejected_and_the_rest_handled(prefect_server, si
     assert counts.get("invalid", 0) >= 1
     assert "invalid restart evidence" in caplog.text
     assert "restart_count" in caplog.text or "namespace" in caplog.text
+
+
+def test_a_burst_of_restarts_is_one_message_per_workload_and_cause(prefect_server, sim,
+                                                                   slack_fake):
+    """A storm must not become 200 Slack messages: the restarts a run finds together open one
+    parent (counting them all), later ones come as one reply listing them, and the parent is
+    edited with the new count."""
+    from datetime import timedelta
+
+    from gpuops.tasks.restart_events import read_restart_events
+    from tests import restart_fixtures as fx
+
+    name = unique_cluster()
+    blocks = save_blocks(sim, slack_fake, name)
+    since = datetime.now(UTC) - timedelta(minutes=1)
+
+    def send(counts: range) -> None:
+        events = []
+        for n in counts:
+            ev = fx.evidence(cluster=name, pod=f"trainer-{n % 2}", pod_uid=f"uid-{n % 2}",
+                             restart_count=n, observed_at=datetime.now(UTC).isoformat())
+            events.append(build_event(obj="pod", what="restarted", cluster=name, kind="Pod",
+                                      namespace=ev.namespace, name=ev.pod,
+                                      identity=ev.identity,
+                                      payload=ev.model_dump(mode="json")))
+        EventSender().send(events)
+        wait_for(lambda: len(asyncio.run(read_restart_events(
+            name, since, datetime.now(UTC) + timedelta(minutes=1)))) >= counts.stop - 1,
+            timeout=30, message="the events stored")
+
+    send(range(1, 7))
+    assert run_flow(blocks)["posted"] == 6
+    (parent,) = parents(slack_fake)
+    assert "6×" in text_of(parent) and not slack_fake.messages()[1:]
+
+    send(range(7, 10))
+    assert run_flow(blocks)["posted"] == 3
+    messages = slack_fake.messages()
+    (reply,) = [m for m in messages if m.get("thread_ts") not in (None, m["ts"])]
+    assert reply["thread_ts"] == parent["ts"]
+    assert reply["text"].startswith("3 restarts, latest Restart #9 of trainer-1/trainer")
+    (parent,) = parents(slack_fake)
+    assert "9×" in text_of(parent)

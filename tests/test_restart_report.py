@@ -4,6 +4,7 @@ Slack's limits hold for any evidence, and planted secrets never come out."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -149,7 +150,7 @@ def test_every_block_respects_slacks_caps_whatever_the_evidence():
     dx = diagnose(ev).model_copy(update={
         "evidence_lines": ["y" * 2900 for _ in range(12)], "explanation": "z" * 5000,
         "title": "t" * 400})
-    for message in (parent_blocks([(ev, dx)] * 3, links=LINKS), reply_blocks(ev, dx, links=LINKS)):
+    for message in (parent_blocks([(ev, dx)] * 3, links=LINKS), reply_blocks([(ev, dx)], links=LINKS)):
         assert_within_slack_limits(message)
 
 
@@ -174,13 +175,26 @@ def test_log_text_cannot_ping_the_channel_or_break_the_code_block():
 
 def test_a_reply_is_short_with_restart_count_evidence_and_a_log_tail():
     ev = fx.evidence(restart_count=9, previous_log="\n".join(f"step {i}" for i in range(50)))
-    message = reply_blocks(ev, diagnose(ev), links=LINKS)
+    message = reply_blocks([(ev, diagnose(ev))], links=LINKS)
     body = "\n".join(texts(message))
     assert "*Restart #9*" in body
     assert "<!date^" in body and "2025-06-01 10:00:01 UTC" in body
     assert "`trainer-6d9c7b5f4-x2k8p/trainer` (app)" in body
     assert "step 49" in body and "step 41" not in body  # 8 lines by default
     assert len(message.blocks) <= 5
+    assert_within_slack_limits(message)
+
+
+def test_one_reply_carries_a_whole_batch_of_restarts_newest_last():
+    batch = [fx.evidence(restart_count=n, observed_at=f"2025-06-01T10:{n:02d}:00Z",
+                         previous_log=f"attempt {n} failed") for n in range(1, 16)]
+    message = reply_blocks([(ev, diagnose(ev)) for ev in reversed(batch)], links=LINKS)
+    body = "\n".join(texts(message))
+    listed = re.findall(r"\*Restart #(\d+)\*", body)
+    assert listed == [str(n) for n in range(4, 16)]  # the newest 12, oldest first
+    assert "3 earlier restarts" in body
+    assert "attempt 15 failed" in body and "attempt 14 failed" not in body  # latest's log
+    assert message.text.startswith("15 restarts, latest Restart #15 of trainer-")
     assert_within_slack_limits(message)
 
 
@@ -270,7 +284,7 @@ def rendered_everything(known: list[str]) -> str:
     dx = diagnose(ev)
     outputs: list[Any] = [
         parent_blocks([(ev, dx)], links=LINKS, known_secrets=known),
-        reply_blocks(ev, dx, links=LINKS, known_secrets=known),
+        reply_blocks([(ev, dx)], links=LINKS, known_secrets=known),
         restart_markdown(ev, dx, LINKS, known_secrets=known),
         timeline_rows([(ev, dx)], known_secrets=known),
         dx.model_dump(),

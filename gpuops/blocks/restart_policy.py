@@ -37,8 +37,15 @@ class RestartPolicy(Block):
                                          "workload has been Ready this long.")
     max_event_age_minutes: int = Field(60, gt=0, description="Older restarts are recorded in "
                                        "the history but not posted (stale).")
-    slack_messages_per_minute: int = Field(40, gt=0, description="gpuops' own cap on Slack "
-                                           "posts (a Prefect global rate limit).")
+    slack_posts_per_minute_per_channel: int = Field(
+        60, gt=0, description="gpuops' own cap on new Slack messages per channel (a Prefect "
+        "global rate limit per channel; Slack allows about one a second per channel).")
+    slack_updates_per_minute: int = Field(50, gt=0, description="gpuops' own cap on parent "
+                                          "message edits (Slack's chat.update is Tier 3, "
+                                          "about 50 a minute).")
+    parent_update_seconds: int = Field(60, ge=0, description="Edit a thread's parent at most "
+                                       "this often while restarts keep coming (the run's last "
+                                       "edit always brings it up to date).")
     log_lines: int = Field(20, gt=0, le=200, description="Log lines in the parent message.")
     extra_rules_yaml: str = Field("", description="More cause rules (YAML), merged into the "
                                   "shipped ones; see restart_rules.yaml.")

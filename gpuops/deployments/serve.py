@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from prefect import serve
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.events import DeploymentEventTrigger
@@ -10,21 +12,26 @@ from gpuops.flows.capacity_prewarm import capacity_prewarm
 from gpuops.flows.drain_node import drain_node
 from gpuops.flows.restart_diagnostics import restart_diagnostics
 
+TRIGGER_WINDOW = timedelta(seconds=10)
+
 
 def deployments() -> list:
     return [
-        # One run at a time; triggered runs arriving while one is active are cancelled,
-        # because the active run drains every restart event (see the flow's docstring).
-        # The interval run posts "recovered" replies and picks up any straggler.
+        # One run at a time; the trigger fires at most once per TRIGGER_WINDOW (once a
+        # reactive trigger fires, Prefect ignores matching events for the rest of its
+        # window). A run covers its window and drains every restart event, so a storm is
+        # one run plus a few queued ones, which it cancels when it has drained what they were
+        # for (see the flow's docstring). The interval run posts "recovered" replies.
         restart_diagnostics.to_deployment(
             name="on-restart",
             triggers=[DeploymentEventTrigger(
                 name="a pod restarted", expect={"gpuops.pod.restarted"},
-                match={"prefect.resource.id": "k8s.*"},
-                parameters={"event_id": "{{ event.id | string }}"})],
+                match={"prefect.resource.id": "k8s.*"}, within=TRIGGER_WINDOW,
+                parameters={"event_id": "{{ event.id | string }}",
+                            "trigger_window_seconds": TRIGGER_WINDOW.total_seconds()})],
             interval=300,
             concurrency_limit=ConcurrencyLimitConfig(
-                limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
+                limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
             tags=["gpuops", "restarts"],
             description="Classify restarts and keep one Slack thread per workload and cause."),
         drain_node.to_deployment(

@@ -2,10 +2,16 @@
 (cluster, workload, cause).
 
 Triggered by `gpuops.pod.restarted` (and on a schedule, for recoveries and stragglers).
-The deployment allows one run at a time and cancels newer triggered runs while one is
-active: the active run drains every restart event not yet handled (a Prefect Variable holds
-its cursor; each workload's timeline artifact holds the identities already handled), so a
-storm is one run and Slack thread state is never written by two runs at once.
+The deployment allows one run at a time (others queue) and its trigger fires at most once per
+`trigger_window_seconds`: the active run drains every restart event not yet handled (a
+Prefect Variable holds its cursor; each workload's timeline artifact holds the identities
+already handled), in batches, so a storm is one run and few Slack messages, and Slack thread
+state is never written by two runs at once.
+
+Events the trigger ignored inside its window are the responsibility of the run that window
+fired: a triggered run stays until its window, plus the event persister's delay, is over.
+When the active run stops, queued triggered runs whose windows ended before its last read
+have nothing left to do: it cancels them ("superseded") instead of letting each start.
 """
 
 from __future__ import annotations
@@ -15,17 +21,34 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from prefect import flow, get_run_logger
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterId,
+    FlowRunFilter,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import StateType
+from prefect.context import FlowRunContext
+from prefect.states import Cancelled
 from prefect.variables import Variable
 
 from gpuops.blocks.connections import KubernetesCluster, SlackConnection, load_block
 from gpuops.blocks.restart_policy import RestartPolicy
 from gpuops.tasks.restart_events import read_restart_events
 from gpuops.tasks.restart_history import load_all_timelines
-from gpuops.tasks.restart_reporter import RestartReporter, ensure_slack_rate_limit
+from gpuops.tasks.restart_reporter import RestartReporter
 from gpuops.tasks.restart_rules import default_rules, load_rules
 
 CURSOR_VARIABLE = "gpuops-restarts-cursor"
-OVERLAP = timedelta(minutes=2)  # events can arrive after a later one; identities dedupe
+# Events can reach the server after later ones (delivery retries, the event persister's
+# batches): the first read of a run, and one every FULL_SCAN_EVERY, looks back OVERLAP behind
+# the cursor; reads in between look back RECENT_OVERLAP. Identities dedupe what is read twice.
+OVERLAP = timedelta(minutes=2)
+RECENT_OVERLAP = timedelta(seconds=15)
+FULL_SCAN_EVERY = timedelta(seconds=30)
+PERSIST_DELAY = timedelta(seconds=10)  # event received -> readable (persister flushes every 5 s)
 
 
 def _now() -> datetime:
@@ -42,10 +65,36 @@ async def _cursor(cluster: str, default: datetime) -> datetime:
     return datetime.fromisoformat(value) if value else default
 
 
+async def _supersede_queued_runs(read_until: datetime, window: timedelta) -> int:
+    """Cancel this deployment's queued triggered runs whose trigger windows closed early
+    enough for the run ending now to have read everything they were fired for."""
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None or context.flow_run.deployment_id is None:
+        return 0
+    me = context.flow_run
+    cutoff = read_until - window - PERSIST_DELAY
+    cancelled = 0
+    async with get_client() as client:
+        queued = await client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[me.deployment_id])),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
+                type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))), limit=200)
+        for run in queued:
+            if run.id == me.id or not run.parameters.get("event_id") or (
+                    run.created is None or run.created >= cutoff):
+                continue
+            await client.set_flow_run_state(run.id, Cancelled(
+                message=f"superseded: flow run {me.name} handled the restarts it was for"),
+                force=True)
+            cancelled += 1
+    return cancelled
+
+
 @flow(name="restart-diagnostics", log_prints=True)
 async def restart_diagnostics(event_id: str | None = None, cluster_block: str = "",
                               slack_block: str = "", policy_block: str = "",
-                              quiet_seconds: float = 3.0, max_run_seconds: float = 600.0,
+                              quiet_seconds: float = 3.0, trigger_window_seconds: float = 0.0,
+                              max_run_seconds: float = 600.0,
                               lookback_minutes: int = 60) -> dict:
     """Handle every restart event not yet handled; stay while more keep arriving."""
     log = get_run_logger()
@@ -57,27 +106,38 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
         rules = load_rules(policy.extra_rules_yaml, base=rules)
     conn = await load_block(SlackConnection, slack_block)
     kube = (await load_block(KubernetesCluster, cluster_block)).kube()
-    await ensure_slack_rate_limit(policy.slack_messages_per_minute)
     reporter = RestartReporter(policy, rules, conn, kube)
     started = _now()
+    window = timedelta(seconds=trigger_window_seconds)
+    context = FlowRunContext.get()
+    created = context.flow_run.created if event_id and context and context.flow_run else None
+    stay_until = started if created is None else created + window + PERSIST_DELAY
     cursor = await _cursor(kube.cluster_name, started - timedelta(minutes=lookback_minutes))
     seen: set[str] = set()
-    quiet_since = _now()
+    quiet_since = last_full_scan = read_until = _now()
+    overlap = OVERLAP
     while (_now() - started).total_seconds() < max_run_seconds:
-        until = _now()
-        events = [e for e in await read_restart_events(kube.cluster_name, cursor - OVERLAP,
-                                                       until) if str(e.id) not in seen]
-        for event in events:
-            seen.add(str(event.id))
-            await reporter.handle(event.payload, str(event.id))
+        read_until = _now()
+        events = [e for e in await read_restart_events(kube.cluster_name, cursor - overlap,
+                                                       read_until) if str(e.id) not in seen]
+        if overlap == OVERLAP:
+            last_full_scan = read_until
+        overlap = OVERLAP if _now() - last_full_scan >= FULL_SCAN_EVERY else RECENT_OVERLAP
         if events:
+            await reporter.handle_batch([(e.payload, str(e.id)) for e in events])
+            seen.update(str(e.id) for e in events)
             cursor = max(cursor, max(e.occurred for e in events))
             await Variable.aset(_cursor_name(kube.cluster_name), cursor.isoformat(),
                                 overwrite=True)
             quiet_since = _now()
-        elif (_now() - quiet_since).total_seconds() >= quiet_seconds:
+        elif (_now() - quiet_since).total_seconds() >= quiet_seconds and _now() >= stay_until:
             break
         await asyncio.sleep(0.5)
+    await reporter.update_parents(final=True)
     await reporter.check_recoveries(await load_all_timelines())
+    if window:
+        superseded = await _supersede_queued_runs(read_until, window)
+        if superseded:
+            log.info("cancelled %d queued run(s) whose restarts this run handled", superseded)
     log.info("restart diagnostics: %s", dict(reporter.counts))
     return dict(reporter.counts)

@@ -1,7 +1,7 @@
 """What people read about restarts: Slack messages, the per-restart report, the timeline rows.
 
 One Slack thread per (cluster, workload, cause): a parent message that is edited as restarts
-add up ("5× in 30 min, same cause"), a short threaded reply per later restart, and a
+add up ("5× in 30 min, same cause"), a short threaded reply for each batch of later restarts, and a
 "recovered" reply. Each restart also gets a markdown artifact with everything captured, and
 a row in its workload's timeline table.
 
@@ -35,6 +35,7 @@ FALLBACK_LIMIT = 400
 LOG_LINE_LIMIT = 300  # one log line in a Slack code block
 PARENT_LOG_LINES = 20
 REPLY_LOG_LINES = 8
+REPLY_MAX_LISTED = 12  # restarts listed one per line in a reply
 ARTIFACT_LOG_LINES = 200
 REDACTION_MARGIN_LINES = 64  # a 4096-bit PEM key is about 50 lines
 TRUNCATED = "… (truncated)"
@@ -283,24 +284,43 @@ def parent_blocks(restarts: Sequence[Restart], *, links: RestartLinks = RestartL
     return SlackMessage(text=text, blocks=[b for b in blocks if b])
 
 
-def reply_blocks(evidence: RestartEvidence, diagnosis: Diagnosis, *,
-                 links: RestartLinks = RestartLinks(), log_lines: int = REPLY_LOG_LINES,
-                 evidence_lines: int = 3, known_secrets: Iterable[str] = ()) -> SlackMessage:
-    """The threaded reply for one more restart with the thread's cause: short."""
-    clean = _Redactor(known_secrets)
-    ev, dx = evidence, diagnosis
+def _restart_line(ev: RestartEvidence, dx: Diagnosis, clean: _Redactor) -> str:
     who = f"`{escape_mrkdwn(ev.pod)}/{escape_mrkdwn(ev.container)}` ({ev.container_kind})"
-    head = (f"*Restart #{ev.restart_count}* at {_slack_time(ev.observed_at)} · {who} · "
+    return (f"*Restart #{ev.restart_count}* at {_slack_time(ev.observed_at)} · {who} · "
             f"exit {escape_mrkdwn(clean(_exit_summary(ev)))} · confidence {dx.confidence:.2f}"
             + (f" · node `{escape_mrkdwn(ev.node)}`" if ev.node else ""))
+
+
+def reply_blocks(restarts: Sequence[Restart], *, links: RestartLinks = RestartLinks(),
+                 log_lines: int = REPLY_LOG_LINES, evidence_lines: int = 3,
+                 max_listed: int = REPLY_MAX_LISTED, known_secrets: Iterable[str] = ()
+                 ) -> SlackMessage:
+    """One threaded reply for the restarts of this thread's cause that a run found since its
+    last reply: a line per restart (the newest `max_listed`), then the evidence and log tail of
+    the latest. One reply per batch, not per restart, keeps a storm within Slack's limits."""
+    if not restarts:
+        raise ValueError("reply_blocks needs at least one (evidence, diagnosis)")
+    clean = _Redactor(known_secrets)
+    ordered = sorted(restarts, key=lambda r: (parse_time(r[0].observed_at) or _NEVER,
+                                              r[0].restart_count))
+    ev, dx = ordered[-1]
+    lines = [_restart_line(e, d, clean) for e, d in ordered[-max_listed:]]
+    if len(ordered) > max_listed:
+        lines.insert(0, f"_… {len(ordered) - max_listed} earlier restarts: see the restart "
+                        "timeline_")
+    head = "\n".join(lines)
+    while len(head) > SECTION_LIMIT and len(lines) > 2:  # drop the oldest listed ones
+        lines.pop(1)
+        head = "\n".join(lines)
     blocks: list[dict[str, Any] | None] = [
         _section(head),
         _evidence_section(dx.evidence_lines, clean, limit=evidence_lines),
         _log_section(ev, clean, log_lines, f"Last {log_lines} log lines"),
         _links_context(links),
     ]
-    text = truncate(escape_mrkdwn(clean(
-        f"Restart #{ev.restart_count} of {ev.pod}/{ev.container}: {dx.title}")), FALLBACK_LIMIT)
+    latest = f"Restart #{ev.restart_count} of {ev.pod}/{ev.container}"
+    text = latest if len(ordered) == 1 else f"{len(ordered)} restarts, latest {latest}"
+    text = truncate(escape_mrkdwn(clean(f"{text}: {dx.title}")), FALLBACK_LIMIT)
     return SlackMessage(text=text, blocks=[b for b in blocks if b])
 
 

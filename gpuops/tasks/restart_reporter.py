@@ -1,19 +1,31 @@
 """Report restarts: classify, post or thread in Slack, record the workload's timeline.
 
-The restart-diagnostics flow drives a `RestartReporter` over the events of one run; the
-Slack calls are Prefect tasks (retried, visible in the UI), the state lives in the
-timeline artifacts (restart_history.py).
+The restart-diagnostics flow hands a `RestartReporter` each batch of new restart events.
+Per (workload, cause) a batch costs one Slack message: a new parent, or one threaded reply
+listing the batch's restarts. Parents are edited with the running count at most every
+`parent_update_seconds`, and once more at the end of the run. Workloads are handled
+concurrently; every Slack call is a Prefect task (retried, visible in the UI) held to gpuops'
+own rate limits, Prefect global concurrency limits created on demand: new messages per
+channel (Slack allows about one a second per channel) and parent edits overall (Tier 3).
+The state lives in the timeline artifacts (restart_history.py), saved right after each post.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
+import time
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from prefect import get_run_logger, task
 from prefect.artifacts import acreate_markdown_artifact
+from prefect.client.orchestration import get_client
 from prefect.concurrency.asyncio import rate_limit
+from prefect.exceptions import ObjectAlreadyExists
 from prefect.runtime import flow_run as runtime_flow_run
 from pydantic import ValidationError
 from slack_sdk.errors import SlackApiError
@@ -28,6 +40,7 @@ from gpuops.tasks.restart_filters import route_channel, skip_reason
 from gpuops.tasks.restart_history import Timeline, TimelineRow, load_timeline, save_timeline
 from gpuops.tasks.restart_recovery import workload_ready_since
 from gpuops.tasks.restart_report import (
+    Restart,
     RestartLinks,
     parent_blocks,
     recovered_blocks,
@@ -36,21 +49,40 @@ from gpuops.tasks.restart_report import (
 )
 from gpuops.tasks.restart_rules import RuleSet
 
-SLACK_RATE_LIMIT = "gpuops-slack-posts"
+SLACK_POSTS = "gpuops-slack-posts"  # one limit per channel: SLACK_POSTS-<channel>
+SLACK_UPDATES = "gpuops-slack-updates"
 THREAD_GONE = {"message_not_found", "thread_not_found", "channel_not_found", "is_archived"}
+WORKLOADS_AT_ONCE = 8  # workloads of one batch handled concurrently
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-async def ensure_slack_rate_limit(per_minute: int) -> None:
-    """gpuops' own cap on Slack posts: a Prefect global rate limit, created on demand."""
-    from prefect.client.orchestration import get_client
+class SlackLimits:
+    """gpuops' own caps on Slack calls: Prefect global rate limits, created on first use."""
 
-    async with get_client() as client:
-        await client.upsert_global_concurrency_limit_by_name(
-            SLACK_RATE_LIMIT, per_minute, slot_decay_per_second=per_minute / 60)
+    def __init__(self, policy: RestartPolicy) -> None:
+        self.policy = policy
+        self._ready: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._known: set[str] = set()
+
+    async def _take(self, name: str, per_minute: int) -> None:
+        async with self._ready[name]:  # workloads handled at once share a channel's limit
+            if name not in self._known:
+                async with get_client() as client:
+                    with contextlib.suppress(ObjectAlreadyExists):  # another run made it
+                        await client.upsert_global_concurrency_limit_by_name(
+                            name, per_minute, slot_decay_per_second=per_minute / 60)
+                self._known.add(name)
+        await rate_limit(name, strict=True)
+
+    async def post(self, channel: str) -> None:
+        slug = re.sub(r"[^a-z0-9-]+", "-", channel.lower()).strip("-")
+        await self._take(f"{SLACK_POSTS}-{slug}", self.policy.slack_posts_per_minute_per_channel)
+
+    async def update(self) -> None:
+        await self._take(SLACK_UPDATES, self.policy.slack_updates_per_minute)
 
 
 def _worth_retrying(task, task_run, state) -> bool:
@@ -62,16 +94,28 @@ def _worth_retrying(task, task_run, state) -> bool:
 
 @task(retries=3, retry_delay_seconds=[1, 5, 15], retry_condition_fn=_worth_retrying,
       task_run_name="post-restart-{thread}")
-def post_to_slack(conn: SlackConnection, channel: str, text: str, blocks: list[dict],
-                  thread: str, thread_ts: str | None = None) -> slack.PostedMessage:
-    return slack.post_message(conn, channel, text, blocks, thread_ts=thread_ts)
+async def post_to_slack(conn: SlackConnection, channel: str, text: str, blocks: list[dict],
+                        thread: str, thread_ts: str | None = None) -> slack.PostedMessage:
+    return await asyncio.to_thread(slack.post_message, conn, channel, text, blocks,
+                                   thread_ts=thread_ts)
 
 
 @task(retries=3, retry_delay_seconds=[1, 5, 15], retry_condition_fn=_worth_retrying,
       task_run_name="update-parent-{thread}")
-def update_in_slack(conn: SlackConnection, message: slack.PostedMessage, text: str,
-                    blocks: list[dict], thread: str) -> None:
-    slack.update_message(conn, message, text, blocks)
+async def update_in_slack(conn: SlackConnection, message: slack.PostedMessage, text: str,
+                          blocks: list[dict], thread: str) -> None:
+    await asyncio.to_thread(slack.update_message, conn, message, text, blocks)
+
+
+@dataclass
+class _Parent:
+    """A thread's parent message, to be edited with the running count."""
+
+    message: slack.PostedMessage
+    timeline: Timeline
+    latest: Restart
+    edited_at: float = float("-inf")  # time.monotonic() of our last edit in this run
+    stale: bool = False
 
 
 class RestartReporter:
@@ -81,7 +125,9 @@ class RestartReporter:
                  kube: Kube) -> None:
         self.policy, self.rules, self.conn, self.kube = policy, rules, conn, kube
         self.log = get_run_logger()
+        self.limits = SlackLimits(policy)
         self.timelines: dict[str, Timeline] = {}
+        self.parents: dict[str, _Parent] = {}  # thread ts -> parent
         self.counts: dict[str, int] = defaultdict(int)
         self.links = RestartLinks(flow_run_url=runtime_flow_run.ui_url)
 
@@ -90,80 +136,134 @@ class RestartReporter:
             self.timelines[workload_key] = await load_timeline(workload_key)
         return self.timelines[workload_key]
 
-    async def handle(self, payload: dict, event_id: str) -> None:
+    async def handle_batch(self, events: Sequence[tuple[dict, str]]) -> None:
+        """Handle (payload, event id) pairs; raise after the others if one workload failed
+        (its restarts stay unrecorded, so the next run handles them)."""
+        by_workload: dict[str, list[RestartEvidence]] = defaultdict(list)
+        for payload, event_id in events:
+            evidence = self._validated(payload, event_id)
+            if evidence is not None:
+                by_workload[evidence.workload_key].append(evidence)
+        gate = asyncio.Semaphore(WORKLOADS_AT_ONCE)
+
+        async def one(key: str, found: list[RestartEvidence]) -> None:
+            async with gate:
+                await self._handle_workload(key, found)
+        results = await asyncio.gather(*(one(k, v) for k, v in by_workload.items()),
+                                       return_exceptions=True)
+        await self.update_parents(final=False)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+
+    def _validated(self, payload: dict, event_id: str) -> RestartEvidence | None:
         try:
-            evidence = RestartEvidence.model_validate(payload)
+            return RestartEvidence.model_validate(payload)
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             self.log.error("event %s rejected: invalid restart evidence: %s: %s", event_id,
                            where, first["msg"])
             self.counts["invalid"] += 1
-            return
-        timeline = await self.timeline(evidence.workload_key)
-        if timeline.has(evidence.identity):
-            self.counts["duplicate"] += 1
-            return
-        diagnosis = diagnose(evidence, self.rules)
+            return None
+
+    async def _handle_workload(self, workload_key: str, found: list[RestartEvidence]) -> None:
+        timeline = await self.timeline(workload_key)
         now = _now()
-        row = TimelineRow(time=evidence.observed_at, identity=evidence.identity,
-                          pod=evidence.pod, container=evidence.container,
-                          container_kind=evidence.container_kind,
-                          restart_count=evidence.restart_count, cause=diagnosis.cause,
-                          confidence=round(diagnosis.confidence, 2), node=evidence.node,
-                          exit=_exit(evidence), reported="")
-        why_not = skip_reason(evidence, diagnosis, self.policy, now)
-        if why_not:
-            row.reported = f"skipped: {why_not}"
-            self.counts["skipped"] += 1
-        else:
-            await self._post(evidence, diagnosis, timeline, row, now)
-            self.counts["posted"] += 1
-        timeline.add(row)
-        # Record at once: a run that dies after posting must not post the same restart again.
-        await save_timeline(timeline)
-        await acreate_markdown_artifact(
+        groups: dict[str, list[tuple[RestartEvidence, Diagnosis, TimelineRow]]] = {}
+        handled: list[Restart] = []
+        skipped = False
+        for evidence in sorted(found, key=lambda e: (e.observed_at, e.restart_count)):
+            if timeline.has(evidence.identity) or any(
+                    e.identity == evidence.identity for e, _ in handled):
+                self.counts["duplicate"] += 1
+                continue
+            diagnosis = diagnose(evidence, self.rules)
+            handled.append((evidence, diagnosis))
+            row = _row(evidence, diagnosis)
+            why_not = skip_reason(evidence, diagnosis, self.policy, now)
+            if why_not:
+                row.reported = f"skipped: {why_not}"
+                timeline.add(row)
+                skipped = True
+                self.counts["skipped"] += 1
+            else:
+                groups.setdefault(diagnosis.cause, []).append((evidence, diagnosis, row))
+        for group in groups.values():
+            await self._post(timeline, group, now)
+            for *_, row in group:
+                timeline.add(row)
+            self.counts["posted"] += len(group)
+            # Record at once: a run that dies after posting must not post these again.
+            await save_timeline(timeline)
+        if skipped and not groups:
+            await save_timeline(timeline)
+        await asyncio.gather(*(acreate_markdown_artifact(
             markdown=restart_markdown(evidence, diagnosis, self.links),
             description=f"Restart {evidence.identity}: {diagnosis.title}")
+            for evidence, diagnosis in handled))
 
-    async def _post(self, evidence: RestartEvidence, diagnosis: Diagnosis, timeline: Timeline,
-                    row: TimelineRow, now: datetime) -> None:
-        thread = timeline.thread_for(diagnosis.cause, now,
+    async def _post(self, timeline: Timeline,
+                    group: list[tuple[RestartEvidence, Diagnosis, TimelineRow]],
+                    now: datetime) -> None:
+        """One message for a (workload, cause) group: a reply in its thread, or a new parent."""
+        restarts = [(evidence, diagnosis) for evidence, diagnosis, _ in group]
+        latest_ev, latest_dx = restarts[-1]
+        name = f"{latest_ev.workload.name}-{latest_dx.cause}"
+        thread = timeline.thread_for(latest_dx.cause, now,
                                      timedelta(minutes=self.policy.thread_window_minutes))
-        name = f"{evidence.workload.name}-{diagnosis.cause}"
-        await rate_limit(SLACK_RATE_LIMIT, strict=True)
-        if thread is None:
-            message = parent_blocks([(evidence, diagnosis)], links=self.links, total_restarts=1)
-            posted = post_to_slack(self.conn, route_channel(evidence, self.policy),
-                                   message.text, message.blocks, name)
-            row.channel, row.thread_ts = posted.channel, posted.ts
-        else:
-            row.channel, row.thread_ts = thread.channel, thread.thread_ts
-            reply = reply_blocks(evidence, diagnosis, links=self.links)
+        message: slack.PostedMessage | None = None
+        if thread is not None:
+            message = slack.PostedMessage(thread.channel, thread.thread_ts)
+            reply = reply_blocks(restarts, links=self.links)
+            await self.limits.post(thread.channel)
             try:
-                post_to_slack(self.conn, row.channel, reply.text, reply.blocks, name,
-                              thread_ts=row.thread_ts)
+                await post_to_slack(self.conn, thread.channel, reply.text, reply.blocks, name,
+                                    thread_ts=thread.thread_ts)
             except SlackApiError as e:
                 if e.response.get("error") not in THREAD_GONE:
                     raise
                 # The parent was deleted (or the channel archived): start a new thread.
                 self.log.warning("thread %s in %s is gone (%s); posting a new parent",
-                                 row.thread_ts, row.channel, e.response.get("error"))
-                message = parent_blocks([(evidence, diagnosis)], links=self.links,
-                                        total_restarts=1)
-                posted = post_to_slack(self.conn, route_channel(evidence, self.policy),
-                                       message.text, message.blocks, name)
-                row.channel, row.thread_ts = posted.channel, posted.ts
-                row.reported = "posted"
-                return
-            since = now - timedelta(minutes=self.policy.summary_window_minutes)
-            parent = parent_blocks([(evidence, diagnosis)], links=self.links,
-                                   total_restarts=timeline.count_since(diagnosis.cause, since) + 1,
-                                   first_seen=_first_seen(timeline, diagnosis.cause, since))
-            await rate_limit(SLACK_RATE_LIMIT, strict=True)
-            update_in_slack(self.conn, slack.PostedMessage(row.channel, row.thread_ts),
-                            parent.text, parent.blocks, name)
-        row.reported = "posted"
+                                 thread.thread_ts, thread.channel, e.response.get("error"))
+                message = None
+            else:
+                parent = self.parents.setdefault(
+                    message.ts, _Parent(message, timeline, restarts[-1]))
+                parent.latest, parent.stale = restarts[-1], True
+        if message is None:
+            channel = route_channel(latest_ev, self.policy)
+            new = parent_blocks(restarts, links=self.links, total_restarts=len(restarts))
+            await self.limits.post(channel)
+            message = await post_to_slack(self.conn, channel, new.text, new.blocks, name)
+            self.parents[message.ts] = _Parent(message, timeline, restarts[-1],
+                                               edited_at=time.monotonic())
+        for *_, row in group:
+            row.channel, row.thread_ts, row.reported = message.channel, message.ts, "posted"
+
+    async def update_parents(self, *, final: bool) -> None:
+        """Edit the parents whose threads got replies: those not edited within
+        `parent_update_seconds`, or all of them at the end of the run (`final`)."""
+        now = _now()
+        since = now - timedelta(minutes=self.policy.summary_window_minutes)
+        for parent in list(self.parents.values()):
+            if not parent.stale or not final and (
+                    time.monotonic() - parent.edited_at < self.policy.parent_update_seconds):
+                continue
+            ev, dx = parent.latest
+            blocks = parent_blocks([parent.latest], links=self.links,
+                                   total_restarts=parent.timeline.count_since(dx.cause, since),
+                                   first_seen=_first_seen(parent.timeline, dx.cause, since))
+            await self.limits.update()
+            try:
+                await update_in_slack(self.conn, parent.message, blocks.text, blocks.blocks,
+                                      f"{ev.workload.name}-{dx.cause}")
+            except SlackApiError as e:
+                if e.response.get("error") not in THREAD_GONE:
+                    raise
+                self.log.warning("parent %s is gone (%s); not edited", parent.message.ts,
+                                 e.response.get("error"))
+            parent.stale, parent.edited_at = False, time.monotonic()
 
     async def check_recoveries(self, timelines: list[Timeline]) -> None:
         """Reply "recovered" in open threads whose workload has been Ready long enough."""
@@ -183,12 +283,22 @@ class RestartReporter:
                     workload=Workload(kind=kind, name=name, namespace=namespace),
                     ready_minutes=(now - max(since, last)).total_seconds() / 60,
                     restarts=len(in_thread), links=self.links)
-                post_to_slack(self.conn, row.channel, message.text, message.blocks,
-                              f"{name}-recovered", thread_ts=row.thread_ts)
+                await self.limits.post(row.channel)
+                await post_to_slack(self.conn, row.channel, message.text, message.blocks,
+                                    f"{name}-recovered", thread_ts=row.thread_ts)
                 for r in in_thread:
                     r.recovered_at = now.isoformat()
                 await save_timeline(timeline)
                 self.counts["recovered"] += 1
+
+
+def _row(evidence: RestartEvidence, diagnosis: Diagnosis) -> TimelineRow:
+    return TimelineRow(time=evidence.observed_at, identity=evidence.identity,
+                       pod=evidence.pod, container=evidence.container,
+                       container_kind=evidence.container_kind,
+                       restart_count=evidence.restart_count, cause=diagnosis.cause,
+                       confidence=round(diagnosis.confidence, 2), node=evidence.node,
+                       exit=_exit(evidence), reported="")
 
 
 def _exit(evidence: RestartEvidence) -> str:
