@@ -60,6 +60,20 @@ def remove_node(cluster: SimCluster, index: NodeIndex, name: str) -> list[str]:
     return deleted
 
 
+def report_ready(cluster: SimCluster, index: NodeIndex, name: str, now: str, *taints: str
+                 ) -> Obj:
+    """The kubelet posts status again: Ready=True, the given not-ready `taints` removed, a
+    `NodeReady` event. Returns the node as it is now."""
+    store = cluster.store
+    store.mutate(index.nodes_type, None, name,
+                 lambda n: mark_ready(n.setdefault("status", {}), now), subresource="status")
+    node = store.mutate(index.nodes_type, None, name,
+                        lambda n: remove_taints(n.setdefault("spec", {}), *taints))
+    record_event(cluster, node, "NodeReady", f"Node {name} status is now: NodeReady",
+                 component="kubelet", host=name)
+    return node
+
+
 class NodeLifecycleController:
     name = "node-lifecycle"
 
@@ -182,14 +196,7 @@ class NodeLifecycleController:
         node = self._node(target)
         name = node["metadata"]["name"]
         now = rfc3339(self.cluster.clock.now())
-        self.store.mutate(self.index.nodes_type, None, name,
-                          lambda n: mark_ready(n.setdefault("status", {}), now),
-                          subresource="status")
-        node = self.store.mutate(self.index.nodes_type, None, name,
-                                 lambda n: remove_taints(n.setdefault("spec", {}),
-                                                         TAINT_UNREACHABLE, TAINT_NOT_READY))
-        record_event(self.cluster, node, "NodeReady", f"Node {name} status is now: NodeReady",
-                     component="kubelet", host=name)
+        report_ready(self.cluster, self.index, name, now, TAINT_UNREACHABLE, TAINT_NOT_READY)
         self.step()  # pending evictions of its pods are cancelled at once
         for pod in self.index.pods_on(name):
             statuses = (pod.get("status") or {}).get("containerStatuses") or []

@@ -29,7 +29,7 @@ from gpuops.common.quantity import parse_quantity
 from . import errors
 from .clock import parse_rfc3339, rfc3339
 from .nodeindex import NodeIndex
-from .nodelifecycle import NodeLifecycleController, remove_node
+from .nodelifecycle import NodeLifecycleController, remove_node, report_ready
 from .nodes import (
     GPU,
     POOL_LABEL,
@@ -42,10 +42,8 @@ from .nodes import (
     gpu_feature_labels,
     holds_resources,
     is_ready,
-    mark_ready,
     new_node,
     pod_gpu_request,
-    remove_taints,
 )
 from .recorder import record_event
 
@@ -331,15 +329,8 @@ class NodePoolController:
         if ready is None or ready.get("reason") != "KubeletNotReady":
             return  # a fault changed it meanwhile: leave it to the fault's recovery
         name = node["metadata"]["name"]
-        now = rfc3339(self.cluster.clock.now())
-        self.store.mutate(self.index.nodes_type, None, name,
-                          lambda n: mark_ready(n.setdefault("status", {}), now),
-                          subresource="status")
-        node = self.store.mutate(self.index.nodes_type, None, name,
-                                 lambda n: remove_taints(n.setdefault("spec", {}),
-                                                         TAINT_NOT_READY))
-        record_event(self.cluster, node, "NodeReady", f"Node {name} status is now: NodeReady",
-                     component="kubelet", host=name)
+        node = report_ready(self.cluster, self.index, name, rfc3339(self.cluster.clock.now()),
+                            TAINT_NOT_READY)
         if pool.gpus_per_node:
             self._at(due + pool.gpu_plugin_delay_seconds, "gpus", node)
 
