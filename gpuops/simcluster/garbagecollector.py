@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors
 from .ctrlloop import ControllerLoop
-from .ownership import OwnerIndex
+from .ownership import OwnerIndex, object_key
 from .podstate import is_terminating, without_owner
 from .resources import ResourceType
 
@@ -35,15 +35,11 @@ class GarbageCollector(ControllerLoop):
         super().__init__(cluster)
         self.index = index
         self._kinds: dict[tuple[str, str], ResourceType | None] = {}
-        store = self.store
-        for rt in store.registry.all():
-            for obj in store.list(rt):
-                self._on_change(rt, "ADDED", obj, None)
-        store.add_listener(self._on_change)
+        self.store.add_listener(self._on_change, replay=True)
 
     def _on_change(self, rtype: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
         meta = obj["metadata"]
-        key = (rtype.key, meta.get("namespace", ""), meta["name"])
+        key = object_key(rtype, obj)
         if event == "DELETED":
             for dep in self.index.dependents(meta["uid"]):
                 self.enqueue(("dependent", *dep))
@@ -63,12 +59,10 @@ class GarbageCollector(ControllerLoop):
 
     def sync(self, key: tuple[str, str, str, str]) -> None:
         role, rkey, namespace, name = key
-        rt = self.index.resource_type(rkey) or self._type_by_key(rkey)
-        if rt is None:
+        found = self.index.find((rkey, namespace, name))
+        if found is None:
             return
-        obj = self.store.find(rt, namespace or None, name)
-        if obj is None:
-            return
+        rt, obj = found
         if role == "dependent":
             self._collect_dependent(rt, obj)
         else:
@@ -100,8 +94,9 @@ class GarbageCollector(ControllerLoop):
         uid = meta["uid"]
         if ORPHAN in finalizers:
             for dep_key in self.index.dependents(uid):
-                dep_rt, dep = self._find(dep_key)
-                if dep is not None:
+                found = self.index.find(dep_key)
+                if found is not None:
+                    dep_rt, dep = found
                     self.store.mutate(dep_rt, dep["metadata"].get("namespace") or None,
                                       dep["metadata"]["name"], lambda o: without_owner(o, uid))
             self._remove_finalizer(rt, owner, ORPHAN)
@@ -110,9 +105,10 @@ class GarbageCollector(ControllerLoop):
             return
         blocking = False
         for dep_key in self.index.dependents(uid):
-            dep_rt, dep = self._find(dep_key)
-            if dep is None:
+            found = self.index.find(dep_key)
+            if found is None:
                 continue
+            dep_rt, dep = found
             ref = next((r for r in dep["metadata"].get("ownerReferences") or ()
                         if r.get("uid") == uid), {})
             blocking = blocking or bool(ref.get("blockOwnerDeletion"))
@@ -143,13 +139,6 @@ class GarbageCollector(ControllerLoop):
         self.store.mutate(rt, obj["metadata"].get("namespace") or None, obj["metadata"]["name"],
                           drop)
 
-    def _find(self, key: tuple[str, str, str]) -> tuple[ResourceType, Obj | None]:
-        rkey, namespace, name = key
-        rt = self.index.resource_type(rkey) or self._type_by_key(rkey)
-        if rt is None:
-            raise KeyError(rkey)
-        return rt, self.store.find(rt, namespace or None, name)
-
     def _owner_type(self, ref: Obj) -> ResourceType | None:
         k = (ref.get("apiVersion", ""), ref.get("kind", ""))
         if k not in self._kinds:
@@ -170,9 +159,6 @@ class GarbageCollector(ControllerLoop):
             return False
         owner = self.store.find(rt, namespace if rt.namespaced else None, ref.get("name", ""))
         return owner is None or owner["metadata"]["uid"] != ref.get("uid")
-
-    def _type_by_key(self, rkey: str) -> ResourceType | None:
-        return next((rt for rt in self.store.registry.all() if rt.key == rkey), None)
 
 
 def _add_finalizer(obj: Obj, finalizer: str) -> None:

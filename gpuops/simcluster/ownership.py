@@ -21,6 +21,11 @@ Key = tuple[str, str, str]  # (resource key, namespace, name)
 ADOPTABLE = frozenset({"pods", "apps/replicasets"})
 
 
+def object_key(rtype: ResourceType, obj: Obj) -> Key:
+    meta = obj["metadata"]
+    return rtype.key, meta.get("namespace", ""), meta["name"]
+
+
 def _owner_uids(obj: Obj | None) -> tuple[str, ...]:
     if obj is None:
         return ()
@@ -33,16 +38,12 @@ class OwnerIndex:
         self._dependents: dict[str, set[Key]] = {}
         self._orphans: dict[tuple[str, str], set[str]] = {}
         self._types: dict[str, ResourceType] = {}
-        for rt in store.registry.all():
-            for obj in store.list(rt):
-                self._on_change(rt, "ADDED", obj, None)
-        store.add_listener(self._on_change)
+        store.add_listener(self._on_change, replay=True)
 
     # --- maintenance (a store listener) --------------------------------------------------------
 
     def _on_change(self, rtype: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
-        meta = obj["metadata"]
-        key = (rtype.key, meta.get("namespace", ""), meta["name"])
+        key = object_key(rtype, obj)
         before = _owner_uids(old)
         after = () if event == "DELETED" else _owner_uids(obj)
         if before != after:
@@ -74,7 +75,20 @@ class OwnerIndex:
         return bool(self._dependents.get(owner_uid))
 
     def resource_type(self, key: str) -> ResourceType | None:
-        return self._types.get(key)
+        """The type stored under `key` (`apps/replicasets`); None if no such type is known."""
+        found = self._types.get(key)
+        if found is None:
+            found = next((rt for rt in self.store.registry.all() if rt.key == key), None)
+        return found
+
+    def find(self, key: Key) -> tuple[ResourceType, Obj] | None:
+        """The object under a key from `dependents` (or `object_key`), with its type."""
+        rkey, namespace, name = key
+        rt = self.resource_type(rkey)
+        if rt is None:
+            return None
+        obj = self.store.find(rt, namespace or None, name)
+        return None if obj is None else (rt, obj)
 
     def controlled(self, owner_uid: str, rt: ResourceType) -> list[Obj]:
         """Objects of type `rt` whose controller reference is `owner_uid`."""

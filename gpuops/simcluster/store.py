@@ -290,8 +290,13 @@ class Store:
 
     # --- watching ------------------------------------------------------------------------------
 
-    def add_listener(self, listener: Listener) -> None:
-        """In-process observers (the simulated controllers) called on every change."""
+    def add_listener(self, listener: Listener, *, replay: bool = False) -> None:
+        """In-process observers (the simulated controllers) called on every change; with
+        `replay`, first called with an ADDED for every object already stored."""
+        if replay:
+            for rt in self.registry.all():
+                for obj in self.list(rt):
+                    listener(rt, "ADDED", obj, None)
         self._listeners.append(listener)
 
     def watch(self, rt: ResourceType, namespace: str | None, resource_version: str | None,
