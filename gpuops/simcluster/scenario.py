@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import Field, ValidationError
 
+from gpuops.common.yamlsource import YamlDocument
+
 from . import errors
 from .admission import admit_create
 from .nodepools import DNS_LABEL, NodePool, SpecModel, pools_of, register_node
@@ -83,7 +85,8 @@ class ScenarioError(ValueError):
 
     def __init__(self, source: str, problems: list[Problem], root: yaml.Node | None = None):
         self.source = source
-        self.problems = [(p, p.line or _line_of(root, p.loc)) for p in problems]
+        document = YamlDocument(data=None, root=root)  # only for its `line_of`
+        self.problems = [(p, p.line or document.line_of(p.loc)) for p in problems]
         lines = [f"  {'line ' + str(line) + ': ' if line else ''}{_path(p.loc) or '(file)'}: "
                  f"{p.message}" for p, line in self.problems]
         super().__init__(f"invalid scenario {source!r}; nothing was created:\n"
@@ -95,27 +98,6 @@ def _path(loc: Loc) -> str:
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
-
-
-def _line_of(root: yaml.Node | None, loc: Loc) -> int | None:
-    """The YAML line of the deepest node on `loc` that exists (a missing key: its parent)."""
-    if root is None:
-        return None
-    node, line = root, root.start_mark.line + 1
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next(((k, v) for k, v in node.value
-                          if isinstance(k, yaml.ScalarNode) and k.value == str(part)), None)
-            if match is None:
-                break
-            node, line = match[1], match[0].start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) \
-                and 0 <= part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            break
-    return line
 
 
 def _pydantic_problems(error: ValidationError) -> list[Problem]:
