@@ -159,3 +159,41 @@ def test_an_evicted_pod_is_reported_once_across_updates_and_a_watcher_restart(tm
     restarted._on_pod_relist([evicted])  # a restarted watcher relists
     deliver(restarted)
     assert [e.payload["trigger"] for e in sent] == ["pod-failed"]
+
+
+def test_the_watcher_forgets_deleted_pods_once_their_restarts_are_reported(
+        prefect_server, sim_factory, tmp_path: Path):
+    """Its state stays as big as the cluster: a deleted pod is dropped after its last restart
+    is reported, on the DELETED event or, for a pod deleted while no watcher ran, on relist."""
+    sim = sim_factory("empty", speed=10)
+    v1 = client.CoreV1Api(sim.api)
+    v1.create_node(GPU_NODE)
+    make_pod(v1, "doomed")
+    make_pod(v1, "doomed-later")
+    for name in ("doomed", "doomed-later"):
+        wait_for(lambda n=name: v1.read_namespaced_pod(n, "default").status.phase == "Running",
+                 timeout=30, message=f"{name} running")
+    uids = {n: v1.read_namespaced_pod(n, "default").metadata.uid
+            for n in ("doomed", "doomed-later")}
+    state = tmp_path / "reported.json"
+    watcher = ClusterWatcher(Kube(sim.api, cluster_name="test"), state_file=state).start()
+    try:
+        for name in uids:
+            sim.fault("crashloop", f"default/{name}", after_seconds=0.2, exit_code=3)
+        wait_for(lambda: set(uids.values()) <= watcher.reported.pod_uids(), timeout=60,
+                 message="both pods' restarts reported")
+        v1.delete_namespaced_pod("doomed", "default", grace_period_seconds=0)
+        wait_for(lambda: uids["doomed"] not in watcher.reported.pod_uids(), timeout=30,
+                 message="the deleted pod forgotten")
+        assert uids["doomed-later"] in watcher.reported.pod_uids()
+    finally:
+        watcher.stop()
+    v1.delete_namespaced_pod("doomed-later", "default", grace_period_seconds=0)
+    wait_for(lambda: not v1.list_namespaced_pod("default").items, timeout=30,
+             message="the pod gone")
+    watcher = ClusterWatcher(Kube(sim.api, cluster_name="test"), state_file=state).start()
+    try:
+        wait_for(lambda: watcher.pods.relists >= 1 and not watcher.reported.pod_uids(),
+                 timeout=30, message="the pod deleted while down forgotten on relist")
+    finally:
+        watcher.stop()

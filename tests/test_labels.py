@@ -134,5 +134,15 @@ def test_simcluster_answers_a_bad_selector_with_400_and_the_same_message():
 def test_the_restart_filter_skips_on_a_mismatch_or_a_bad_selector(selector, reason):
     restart = fx.evidence(pod_labels={"app": "trainer"})
     now = datetime.fromisoformat(restart.observed_at) + timedelta(minutes=1)
-    policy = RestartPolicy(pod_label_selector=selector)
+    # model_construct: a policy saved before selectors were validated on save
+    policy = RestartPolicy.model_construct(pod_label_selector=selector)
     assert skip_reason(restart, diagnose(restart), policy, now) == reason
+
+
+def test_a_restart_policy_with_a_bad_selector_is_refused_naming_the_field():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        RestartPolicy(pod_label_selector="tier in (a b)")
+    assert "pod_label_selector" in str(caught.value)
+    assert RestartPolicy(pod_label_selector="tier in (gpu),app").pod_label_selector

@@ -6,7 +6,9 @@ Every field has a default that works out of the box; operators change them in th
 from __future__ import annotations
 
 from prefect.blocks.core import Block
-from pydantic import Field
+from pydantic import Field, field_validator
+
+from gpuops.common.labels import parse_label_selector
 
 
 class RestartPolicy(Block):
@@ -49,6 +51,12 @@ class RestartPolicy(Block):
     log_lines: int = Field(20, gt=0, le=200, description="Log lines in the parent message.")
     extra_rules_yaml: str = Field("", description="More cause rules (YAML), merged into the "
                                   "shipped ones; see restart_rules.yaml.")
+
+    @field_validator("pod_label_selector")
+    @classmethod
+    def _selector_parses(cls, value: str) -> str:
+        parse_label_selector(value)  # a bad selector is refused when saved, not at run time
+        return value
 
     @classmethod
     def from_settings(cls) -> RestartPolicy:

@@ -66,6 +66,7 @@ class ClusterWatcher:
         self._queue: queue.Queue[tuple[DetectedRestart, dict[str, Any], datetime]] = queue.Queue(
             queue_size)
         self._pending: dict[str, int] = {}  # container key -> restartCount queued
+        self._deleted: set[str] = set()  # pod uids to forget once their restarts are reported
         self._lock = threading.Lock()
         self._nodes: dict[str, tuple[bool, str]] = {}  # name -> (unschedulable, Ready status)
         self._threads: list[threading.Thread] = []
@@ -99,15 +100,31 @@ class ClusterWatcher:
     # --- pods ----------------------------------------------------------------------------------
 
     def _on_pod(self, event_type: str, pod: dict[str, Any]) -> None:
+        self._detect(pod)  # a deleted pod's last status may carry a restart too
         if event_type == "DELETED":
-            self._detect(pod)  # a last status may carry a restart
-            return
-        self._detect(pod)
+            uid = pod["metadata"].get("uid", "")
+            with self._lock:
+                self._deleted.add(uid)
+            self._forget_deleted(uid)
 
     def _on_pod_relist(self, pods: list[dict[str, Any]]) -> None:
         log.info("pods relisted: %d pods; reconciling restarts", len(pods))
         for pod in pods:
             self._detect(pod)
+        # Pods deleted while no watch was open never send DELETED: forget them here.
+        live = {p["metadata"].get("uid") for p in pods}
+        with self._lock:
+            self._deleted |= self.reported.pod_uids() - live
+        for uid in list(self._deleted):
+            self._forget_deleted(uid)
+
+    def _forget_deleted(self, uid: str) -> None:
+        """Forget a deleted pod once none of its restarts is still being reported."""
+        with self._lock:
+            if uid not in self._deleted or any(k.startswith(uid + "/") for k in self._pending):
+                return
+            self._deleted.discard(uid)
+            self.reported.forget_pods({uid})
 
     def _detect(self, pod: dict[str, Any]) -> None:
         observed = _now()
@@ -142,6 +159,7 @@ class ClusterWatcher:
                     if self._pending.get(restart.key) == _done(restart):
                         del self._pending[restart.key]  # a later update will retry it
             finally:
+                self._forget_deleted(restart.pod_uid)
                 self._queue.task_done()
 
     def _report(self, restart: DetectedRestart, pod: dict[str, Any], observed: datetime) -> None:

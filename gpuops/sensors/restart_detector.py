@@ -134,11 +134,20 @@ class ReportedStore:
                 self._counts[key] = count
                 self._save()
 
-    def forget_pod(self, pod_uid: str) -> None:
+    def pod_uids(self) -> set[str]:
         with self._lock:
-            for key in [k for k in self._counts if k.startswith(pod_uid + "/")]:
+            return {key.split("/", 1)[0] for key in self._counts}
+
+    def forget_pods(self, pod_uids: set[str]) -> None:
+        """Drop what is kept for pods that are gone (the store stays as big as the cluster)."""
+        if not pod_uids:
+            return
+        with self._lock:
+            gone = [k for k in self._counts if k.split("/", 1)[0] in pod_uids]
+            for key in gone:
                 del self._counts[key]
-            self._save()
+            if gone:
+                self._save()
 
     def _save(self) -> None:
         if self.path is None:
