@@ -8,11 +8,14 @@ What runs (all local, all real code paths):
   hardware Xid marks the node) and for the evicted pods (eviction leaves node events);
 - the Slack fake (`python -m gpuops.deployments.slackfake`, its own process);
 - the deployments served by `serve_all()` in a subprocess, exactly as `gpuops up` serves them
-  (event trigger, one run at a time, CANCEL_NEW);
+  (throttled event trigger, one run at a time, later ones queued);
 - the real `ClusterWatcher`, in this process so it can be killed mid-storm and replaced by a
   new one with the same state file; `force-410` and `drop-watches` are injected mid-storm too.
 
-`workloads` workloads (Deployments of 2 replicas and bare pods) each crash-loop with one known
+`workloads` workloads (Deployments of 2 replicas and bare pods), spread over `channels`
+namespaces each routed to its own Slack channel (namespace label `gpuops.io/slack-channel`,
+as teams route alerts; Slack takes about one message a second per channel), each crash-loop
+with one known
 cause, so the ground truth cause id per workload is known (see `FAULTS`; config errors fail
 from the first start, the other faults strike running pods when the storm starts); evictions
 are repeated on the `evict` workloads. After `duration_s` of wall time the faults are
@@ -39,19 +42,20 @@ handled every delivered restart and Slack is quiet. Figures (wall-clock seconds,
   Restarts that became visible while no watcher was running are left out (they are
   `missed_while_down` or caught on the relist: `detect_excluded_while_down`).
 - `slack_p50_s` / `slack_p95_s`: event accepted -> the Slack message for that restart posted
-  (the fake's `ts`, set from the wall clock when it received the call). The message is the
-  thread's parent when the restart opened the thread (timeline row `thread_ts` = message `ts`),
-  else the threaded reply whose text is "Restart #N of <pod>/<container>". Restarts the policy
-  skipped are left out; a restart still without a message when the bench ends counts with the
+  (the fake's `ts`, set from the wall clock when it received the call): the threaded reply
+  that lists it (one reply per batch lists each restart as "*Restart #N* at … `pod/container`"),
+  else its thread's parent (the restarts found together open a thread in one parent).
+  Restarts the policy skipped are left out; a restart still without a message when the bench ends counts with the
   time it has waited so far (`slack_not_posted_at_end`; the percentiles are then lower bounds).
   `restarts_not_handled`: delivered restarts no timeline row holds at the end.
-- `watcher_internal_p95_s`: the watcher's own figure (its watch event received -> sent), of
-  which `event_send_p95_s` is the acknowledged POST to the Prefect server.
+- `watcher_internal_p95_s`: the watcher's own figure (its watch event received -> sent);
+  parts of it: `watcher_queue_wait_p95_s` (waiting for a capture worker),
+  `watcher_capture_p95_s` (reading the evidence), `event_send_p95_s` (the acknowledged POST).
 - `max_parent_messages_per_workload_cause`: the most top-level Slack messages any
   (workload, cause) got (cause from the parent's "Cause" field, workload from its text); aim 1.
 - `flow_runs` (runs of the on-restart deployment that left Scheduled during the bench),
-  `flow_runs_cancelled` (CANCEL_NEW collisions), `queue_high_water` (the watchers' capture
-  queue), `wall_s`.
+  `flow_runs_cancelled` (queued runs superseded by the active one), `queue_high_water` (the
+  watchers' capture queue), `wall_s`.
 """
 
 from __future__ import annotations
@@ -82,7 +86,8 @@ from gpuops.sensors.restart_detector import pod_failure_reason
 from gpuops.simcluster.server import SimConfig
 from gpuops.simcluster.testing import SimClusterThread
 
-NAMESPACE = "default"
+NAMESPACE_PREFIX = "team-"  # workloads spread over `channels` namespaces, one Slack channel each
+CHANNEL_LABEL = "gpuops.io/slack-channel"
 LABEL = "gpuops.io/bench-workload"
 ROLE = "gpuops.io/bench-role"
 DEPLOYMENT = "restart-diagnostics/on-restart"
@@ -108,6 +113,7 @@ class Workload:
     params: dict[str, Any]
     cause: str
     gpu: bool
+    namespace: str
 
     @property
     def role(self) -> str:
@@ -118,13 +124,14 @@ class Workload:
         return 2 if self.kind == "Deployment" else 1
 
 
-def plan(workloads: int) -> list[Workload]:
+def plan(workloads: int, channels: int = 1) -> list[Workload]:
     out = []
     for i in range(workloads):
         fault, params, cause, gpu = FAULTS[i % len(FAULTS)]
         kind = "Deployment" if (i + i // len(FAULTS)) % 2 == 0 else "Pod"
         kind = {"gpu-xid": "Pod", "evict": "Deployment"}.get(fault, kind)
-        out.append(Workload(f"w{i:02d}-{fault}", kind, fault, dict(params), cause, gpu))
+        out.append(Workload(f"w{i:02d}-{fault}", kind, fault, dict(params), cause, gpu,
+                            f"{NAMESPACE_PREFIX}{i % channels}"))
     return out
 
 
@@ -158,10 +165,10 @@ def _pod_spec(w: Workload) -> dict[str, Any]:
 def _create(core: client.CoreV1Api, apps: client.AppsV1Api, w: Workload) -> None:
     labels = {LABEL: w.name, "app": w.name}
     if w.kind == "Pod":
-        core.create_namespaced_pod(NAMESPACE, {"metadata": {"name": w.name, "labels": labels},
+        core.create_namespaced_pod(w.namespace, {"metadata": {"name": w.name, "labels": labels},
                                                "spec": _pod_spec(w)})
         return
-    apps.create_namespaced_deployment(NAMESPACE, {
+    apps.create_namespaced_deployment(w.namespace, {
         "metadata": {"name": w.name, "labels": labels},
         "spec": {"replicas": 2, "selector": {"matchLabels": {LABEL: w.name}},
                  "template": {"metadata": {"labels": labels}, "spec": _pod_spec(w)}}})
@@ -206,7 +213,8 @@ class RawPodWatch:
             self.last_change = now
 
     def _relist(self) -> None:
-        body = json.loads(self.core.list_namespaced_pod(NAMESPACE, _preload_content=False).data)
+        body = json.loads(self.core.list_pod_for_all_namespaces(
+            label_selector=LABEL, _preload_content=False).data)
         now = time.time()
         for pod in body["items"]:
             self._see(pod, now)
@@ -217,8 +225,9 @@ class RawPodWatch:
             try:
                 if self._rv is None:
                     self._relist()
-                resp = self.core.list_namespaced_pod(
-                    NAMESPACE, watch=True, resource_version=self._rv, timeout_seconds=300,
+                resp = self.core.list_pod_for_all_namespaces(
+                    label_selector=LABEL, watch=True, resource_version=self._rv,
+                    timeout_seconds=300,
                     allow_watch_bookmarks=True, _preload_content=False, _request_timeout=330)
                 try:
                     for line in iter_resp_lines(resp):
@@ -283,10 +292,12 @@ def _start_prefect(home: Path) -> services.Service:
 class RestartStorm:
     """One run: `setup`, `storm`, `settle`, `drain`, then `figures`."""
 
-    def __init__(self, tmp: Path, workloads: int, duration_s: float, speed: float) -> None:
+    def __init__(self, tmp: Path, workloads: int, duration_s: float, speed: float,
+                 channels: int = 1) -> None:
         self.tmp = tmp
         self.cluster = f"storm-{uuid.uuid4().hex[:8]}"
-        self.workloads = plan(workloads)
+        self.workloads = plan(workloads, channels)
+        self.channels = channels
         self.duration_s, self.speed = duration_s, speed
         self.stops: list[Any] = []  # teardown, run in reverse
         self.evictions = 0
@@ -326,6 +337,9 @@ class RestartStorm:
         for role, pods in pods_by_role.items():
             for i in range(max(1, math.ceil(gpus_by_role[role] / 8), math.ceil(pods / 100))):
                 self.core.create_node(_node(f"{role}-{i}", role))
+        for namespace in sorted({w.namespace for w in self.workloads}):
+            self.core.create_namespace({"metadata": {"name": namespace,
+                                                     "labels": {CHANNEL_LABEL: namespace}}})
         self.raw = RawPodWatch(self.core).start()
         self.stops.append(self.raw.stop.set)
         self.kube = Kube(api, cluster_name=self.cluster)
@@ -339,7 +353,7 @@ class RestartStorm:
         expected = sum(w.pods for w in self.workloads)
 
         def running() -> bool:  # a crash-looping pod's phase is Running too
-            pods = self.core.list_namespaced_pod(NAMESPACE).items
+            pods = self.pods()
             return len(pods) >= expected and all(p.status.phase == "Running" for p in pods)
         if not _wait(running, 120):
             raise RuntimeError("the workloads' pods did not all reach Running")
@@ -376,7 +390,7 @@ class RestartStorm:
 
     def inject(self, w: Workload) -> None:
         """A selector fault: it also hits the pods that replace the workload's pods."""
-        self.sim.fault(w.fault, NAMESPACE, selector=f"{LABEL}={w.name}", **w.params)
+        self.sim.fault(w.fault, w.namespace, selector=f"{LABEL}={w.name}", **w.params)
 
     async def _deployment_id(self) -> Any:
         from prefect.client.orchestration import get_client
@@ -413,7 +427,7 @@ class RestartStorm:
                 for w in self.workloads:
                     if w.fault == "evict":
                         self.evictions += len(self.sim.fault(
-                            "evict", NAMESPACE, selector=f"{LABEL}={w.name}")["evicted"])
+                            "evict", w.namespace, selector=f"{LABEL}={w.name}")["evicted"])
                 next_evict += evict_every
             time.sleep(0.2)
         self.sim.fault("recover")
@@ -437,7 +451,7 @@ class RestartStorm:
         def all_running() -> bool:
             return all(p.status.phase == "Failed" or all(
                 cs.state.running for cs in p.status.container_statuses or [])
-                for p in self.core.list_namespaced_pod(NAMESPACE).items)
+                for p in self.pods())
 
         _wait(lambda: time.time() - self.raw.last_change > 2
               and watcher._queue.unfinished_tasks == 0 and caught_up() and all_running(),
@@ -461,6 +475,9 @@ class RestartStorm:
         self.drain_s = time.time() - started
 
     # --- reading back ----------------------------------------------------------------------
+
+    def pods(self) -> list[Any]:
+        return self.core.list_pod_for_all_namespaces(label_selector=LABEL).items
 
     def slack_messages(self) -> list[dict[str, Any]]:
         with services._direct.open(self.slack.url.removesuffix("/api/") + "/_fake/messages",
@@ -505,7 +522,7 @@ class RestartStorm:
     # --- figures ---------------------------------------------------------------------------
 
     def figures(self) -> dict[str, Any]:
-        for p in self.core.list_namespaced_pod(NAMESPACE).items:
+        for p in self.pods():
             for cs in (p.status.init_container_statuses or []) + (
                     p.status.container_statuses or []):
                 key = (p.metadata.uid, cs.name)
@@ -529,7 +546,7 @@ class RestartStorm:
         states = Counter(r.state_type.value for r in runs)
         return {
             "workloads": len(self.workloads), "duration_s": self.duration_s,
-            "speed": self.speed,
+            "speed": self.speed, "channels": self.channels,
             "restarts_injected": injected, "container_restarts": container_restarts,
             "evictions": self.evictions,
             "restarts_reported": reported, "reported_with_evidence": len(payloads),
@@ -544,6 +561,10 @@ class RestartStorm:
             "detect_excluded_while_down": excluded,
             "watcher_internal_p95_s": _percentile(
                 [x for w in self.watchers for x in w.stats.detect_latencies_s], 95),
+            "watcher_queue_wait_p95_s": _percentile(
+                [x for w in self.watchers for x in w.stats.queue_wait_s], 95),
+            "watcher_capture_p95_s": _percentile(
+                [x for w in self.watchers for x in w.stats.capture_s], 95),
             "event_send_p95_s": _percentile(self.send_s, 95),
             "slack_p50_s": _percentile(slack, 50), "slack_p95_s": _percentile(slack, 95),
             "slack_max_s": _percentile(slack, 100), "slack_samples": len(slack),
@@ -591,15 +612,18 @@ class RestartStorm:
     def _slack_latencies(self, payloads: dict[str, dict[str, Any]],
                          rows: dict[str, tuple[Any, Any]], messages: list[dict[str, Any]],
                          end: float) -> tuple[list[float], int, int]:
-        """Event taken -> its Slack message posted. The message is the parent when the restart
-        opened the thread, else the reply "Restart #N of pod/container". A restart with no
+        """Event taken -> the Slack message carrying that restart posted: the threaded reply
+        that lists it ("*Restart #N* at … `pod/container`"), else its thread's parent (the
+        restarts a run found together open the thread in one parent). A restart with no
         message at the end counts with the time it has waited (the figure is a lower bound)."""
         parents = {m["ts"] for m in messages if m.get("thread_ts") in (None, m["ts"])}
         replies: dict[tuple[str, str], float] = {}
         for m in messages:
-            match = re.match(r"Restart #(\d+) of (\S+?):", m.get("text") or "")
-            if match and m.get("thread_ts") not in (None, m["ts"]):
-                replies.setdefault((m["thread_ts"], f"{match[2]}#{match[1]}"), float(m["ts"]))
+            if m.get("thread_ts") in (None, m["ts"]):
+                continue
+            for count, who in re.findall(r"Restart #(\d+)\* at [^`]*`([^`]+)`",
+                                         json.dumps(m.get("blocks") or [])):
+                replies.setdefault((m["thread_ts"], f"{who}#{count}"), float(m["ts"]))
         latencies, waiting, skipped = [], 0, 0
         for identity, p in payloads.items():
             sent = self.delivered.get(identity)
@@ -607,16 +631,14 @@ class RestartStorm:
                 continue
             posted: float | None = None
             if identity in rows:
-                timeline, row = rows[identity]
+                _, row = rows[identity]
                 if not row.reported.startswith("posted") or not row.thread_ts:
                     skipped += 1
                     continue
-                opener = next(r for r in timeline.rows if r.thread_ts == row.thread_ts)
-                if opener.identity == identity and row.thread_ts in parents:
+                who = f"{p['pod']}/{p['container']}#{p['restart_count']}"
+                posted = replies.get((row.thread_ts, who))
+                if posted is None and row.thread_ts in parents:
                     posted = float(row.thread_ts)
-                else:
-                    reply = f"{p['pod']}/{p['container']}#{p['restart_count']}"
-                    posted = replies.get((row.thread_ts, reply))
             if posted is None:
                 waiting += 1
                 posted = end
@@ -643,10 +665,10 @@ def _pct(part: int, whole: int) -> float | None:
 
 
 def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
-        prefect_api_url: str | None = None, drain_timeout_s: float = 1800.0,
+        channels: int = 6, prefect_api_url: str | None = None, drain_timeout_s: float = 1800.0,
         settle_timeout_s: float = 90.0) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-restart-storm-"))
-    bench = RestartStorm(tmp, workloads, duration_s, speed)
+    bench = RestartStorm(tmp, workloads, duration_s, speed, channels)
     try:
         if prefect_api_url is None:
             if "prefect" in sys.modules:
@@ -673,10 +695,10 @@ def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
 
 
 def main(json_output: bool = True, workloads: int = 30, duration_s: float = 120.0,
-         speed: float = 10.0, prefect_api_url: str | None = None,
+         speed: float = 10.0, channels: int = 6, prefect_api_url: str | None = None,
          drain_timeout_s: float = 1800.0) -> dict[str, Any]:
-    result = run(int(workloads), float(duration_s), float(speed), prefect_api_url,
-                 float(drain_timeout_s))
+    result = run(int(workloads), float(duration_s), float(speed), int(channels),
+                 prefect_api_url, float(drain_timeout_s))
     if not json_output:
         for key, value in result.items():
             print(f"{key:>40}: {value}")

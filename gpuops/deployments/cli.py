@@ -146,7 +146,7 @@ def sensor_cluster(
                                                "Block; empty: KUBECONFIG and GPUOPS_*.")] = "",
     state_file: Annotated[Path | None, typer.Option(help="Where reported restarts are kept "
                                                     "across restarts of the watcher.")] = None,
-    workers: Annotated[int, typer.Option(help="Evidence capture workers.")] = 4,
+    workers: Annotated[int, typer.Option(help="Evidence capture workers.")] = 8,
 ) -> None:
     """Watch pods and nodes; emit `gpuops.pod.restarted` with evidence (Ctrl-C stops)."""
     from gpuops.sensors.run import run_cluster_watcher

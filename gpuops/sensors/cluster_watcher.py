@@ -39,7 +39,9 @@ class WatcherStats:
     capture_errors: int = 0
     node_events: int = 0
     queue_high_water: int = 0
-    detect_latencies_s: list[float] = field(default_factory=list)
+    detect_latencies_s: list[float] = field(default_factory=list)  # watch event -> sent
+    queue_wait_s: list[float] = field(default_factory=list)  # watch event -> a worker took it
+    capture_s: list[float] = field(default_factory=list)  # reading the evidence
 
 
 def _now() -> datetime:
@@ -53,7 +55,7 @@ def _done(restart: DetectedRestart) -> int:
 
 
 class ClusterWatcher:
-    def __init__(self, kube: Kube, *, state_file: Path | None = None, workers: int = 4,
+    def __init__(self, kube: Kube, *, state_file: Path | None = None, workers: int = 8,
                  queue_size: int = 1000, log_cap_bytes: int = 1 << 20,
                  sender: EventSender | None = None) -> None:
         self.kube = kube
@@ -163,7 +165,10 @@ class ClusterWatcher:
                 self._queue.task_done()
 
     def _report(self, restart: DetectedRestart, pod: dict[str, Any], observed: datetime) -> None:
+        taken = _now()
         evidence = self.capture.capture(restart, pod, observed.isoformat())
+        self.stats.queue_wait_s.append((taken - observed).total_seconds())
+        self.stats.capture_s.append((_now() - taken).total_seconds())
         payload = self._fit(evidence)
         w = evidence.workload
         event = build_event(

@@ -1,4 +1,7 @@
-"""Entry points of the long-running sensors (`gpuops sensor cluster|slack`)."""
+"""Entry points of the long-running sensors (`gpuops sensor cluster|slack`).
+
+`gpuops sensor slack` also runs the approval sweeper: whatever receives the answers to
+approvals also says "no" for those that got none (sensors/approval_sweeper.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ def _load(block_cls, name: str):
 
 
 def run_cluster_watcher(*, cluster_block: str = "", state_file: Path | None = None,
-                        workers: int = 4) -> None:
+                        workers: int = 8) -> None:
     cluster = _load(KubernetesCluster, cluster_block)
     watcher = ClusterWatcher(cluster.kube(), state_file=state_file, workers=workers).start()
     print(f"cluster watcher for {cluster.cluster_name!r} running "
@@ -42,7 +45,9 @@ def run_cluster_watcher(*, cluster_block: str = "", state_file: Path | None = No
 
 
 def run_slack_receiver(*, host: str = "127.0.0.1", port: int = 3000, slack_block: str = "",
-                       policy_block: str = "", socket_mode: bool = False) -> None:
+                       policy_block: str = "", socket_mode: bool = False,
+                       sweep_interval_s: float = 15.0) -> None:
+    from gpuops.sensors.approval_sweeper import run_sweeper
     from gpuops.sensors.slack_receiver import build_receiver, serve_http, serve_socket_mode
 
     conn = _load(SlackConnection, slack_block)
@@ -50,18 +55,23 @@ def run_slack_receiver(*, host: str = "127.0.0.1", port: int = 3000, slack_block
 
     async def main() -> None:
         app = build_receiver(conn, policy)
-        if socket_mode:
-            if conn.app_token is None:
-                raise SystemExit("Socket Mode needs an app-level token (SlackConnection."
-                                 "app_token / GPUOPS_SLACK_APP_TOKEN)")
-            await serve_socket_mode(app, conn.app_token.get_secret_value())
-            return
-        runner = await serve_http(app, host, port)
-        print(f"Slack receiver listening on http://{host}:{port}/slack/events", flush=True)
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-        await stop.wait()
-        await runner.cleanup()
+        sweeper = asyncio.create_task(run_sweeper(sweep_interval_s))
+        try:
+            if socket_mode:
+                if conn.app_token is None:
+                    raise SystemExit("Socket Mode needs an app-level token (SlackConnection."
+                                     "app_token / GPUOPS_SLACK_APP_TOKEN)")
+                await serve_socket_mode(app, conn.app_token.get_secret_value())
+                return
+            runner = await serve_http(app, host, port)
+            print(f"Slack receiver listening on http://{host}:{port}/slack/events "
+                  f"(approval sweeper every {sweep_interval_s:.0f} s)", flush=True)
+            stop = asyncio.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+            await stop.wait()
+            await runner.cleanup()
+        finally:
+            sweeper.cancel()
 
     asyncio.run(main())
