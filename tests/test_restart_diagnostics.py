@@ -313,3 +313,38 @@ def test_a_burst_of_restarts_is_one_message_per_workload_and_cause(prefect_serve
     assert reply["text"].startswith("3 restarts, latest Restart #9 of trainer-1/trainer")
     (parent,) = parents(slack_fake)
     assert "9×" in text_of(parent)
+
+
+def test_queued_triggered_runs_are_superseded_but_scheduled_ones_are_kept(prefect_server):
+    """When the active run has drained, the triggered runs queued behind it have nothing
+    left to do and are cancelled with a note; the schedule's runs and newer ones stay."""
+    from prefect.states import Scheduled
+
+    from gpuops.flows.restart_diagnostics import supersede_queued_runs
+
+    async def scenario() -> dict[str, str]:
+        async with get_client() as c:
+            flow_id = await c.create_flow_from_name(f"supersede-{uuid.uuid4().hex[:6]}")
+            deployment = await c.create_deployment(flow_id=flow_id, name="on-restart")
+            runs = {}
+            for name, params in (("me", {"event_id": "e0"}), ("queued", {"event_id": "e1"}),
+                                 ("scheduled", {})):
+                run = await c.create_flow_run_from_deployment(
+                    deployment, parameters=params, state=Scheduled())
+                runs[name] = run.id
+            await asyncio.sleep(0.1)
+            cutoff = datetime.now(UTC)
+            await asyncio.sleep(0.1)
+            newer = await c.create_flow_run_from_deployment(
+                deployment, parameters={"event_id": "e2"}, state=Scheduled())
+            runs["newer"] = newer.id
+            note = "superseded: handled by the active run"
+            done = await supersede_queued_runs(deployment, runs["me"], cutoff, note)
+            states = {name: (await c.read_flow_run(i)).state for name, i in runs.items()}
+            return {"done": str(done), **{n: f"{s.type.value}:{s.message or ''}"
+                                           for n, s in states.items()}}
+    result = asyncio.run(scenario())
+    assert result["done"] == "1"
+    assert result["queued"] == "CANCELLED:superseded: handled by the active run"
+    for kept in ("me", "scheduled", "newer"):
+        assert result[kept].startswith("SCHEDULED"), result

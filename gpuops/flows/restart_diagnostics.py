@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import re
 from datetime import UTC, datetime, timedelta
+from uuid import UUID
 
 from prefect import flow, get_run_logger
 from prefect.client.orchestration import get_client
@@ -65,27 +66,22 @@ async def _cursor(cluster: str, default: datetime) -> datetime:
     return datetime.fromisoformat(value) if value else default
 
 
-async def _supersede_queued_runs(read_until: datetime, window: timedelta) -> int:
-    """Cancel this deployment's queued triggered runs whose trigger windows closed early
-    enough for the run ending now to have read everything they were fired for."""
-    context = FlowRunContext.get()
-    if context is None or context.flow_run is None or context.flow_run.deployment_id is None:
-        return 0
-    me = context.flow_run
-    cutoff = read_until - window - PERSIST_DELAY
+async def supersede_queued_runs(deployment_id: UUID, me: UUID, cutoff: datetime,
+                                 note: str) -> int:
+    """Cancel the deployment's queued triggered runs created before `cutoff`: the run ending
+    now (`me`) has read everything their trigger windows were for. Runs of the schedule
+    (no `event_id`) and runs already under way are left alone."""
     cancelled = 0
     async with get_client() as client:
         queued = await client.read_flow_runs(
-            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[me.deployment_id])),
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
             flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
                 type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))), limit=200)
         for run in queued:
-            if run.id == me.id or not run.parameters.get("event_id") or (
+            if run.id == me or not run.parameters.get("event_id") or (
                     run.created is None or run.created >= cutoff):
                 continue
-            await client.set_flow_run_state(run.id, Cancelled(
-                message=f"superseded: flow run {me.name} handled the restarts it was for"),
-                force=True)
+            await client.set_flow_run_state(run.id, Cancelled(message=note), force=True)
             cancelled += 1
     return cancelled
 
@@ -135,8 +131,11 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
         await asyncio.sleep(0.5)
     await reporter.update_parents(final=True)
     await reporter.check_recoveries(await load_all_timelines())
-    if window:
-        superseded = await _supersede_queued_runs(read_until, window)
+    me = context.flow_run if context else None
+    if window and me is not None and me.deployment_id is not None:
+        superseded = await supersede_queued_runs(
+            me.deployment_id, me.id, read_until - window - PERSIST_DELAY,
+            f"superseded: flow run {me.name} handled the restarts this run was for")
         if superseded:
             log.info("cancelled %d queued run(s) whose restarts this run handled", superseded)
     log.info("restart diagnostics: %s", dict(reporter.counts))
