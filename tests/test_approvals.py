@@ -79,9 +79,10 @@ class Env:
     blocks: dict[str, str]
 
 
-def _save_blocks(sim, slack_fake, timeout_s: int, suffix: str) -> dict[str, str]:
+def _save_blocks(sim, slack_fake, suffix: str, **policy: Any) -> dict[str, str]:
     names = {"cluster_block": f"cluster-{suffix}", "slack_block": f"slack-{suffix}",
              "policy_block": f"policy-{suffix}"}
+    policy = {"timeout_s": 120, "poll_interval_s": 1, "expiry_grace_s": 60, **policy}
 
     async def save() -> None:
         await KubernetesCluster(cluster_name="test", kubeconfig_path=str(sim.kubeconfig)
@@ -90,8 +91,7 @@ def _save_blocks(sim, slack_fake, timeout_s: int, suffix: str) -> dict[str, str]
                               base_url=slack_fake.base_url, default_channel="#ops"
                               ).save(names["slack_block"], overwrite=True)
         await ApprovalPolicy(approvers=[ALICE], approver_group="SOPS", channel="#ops",
-                             timeout_s=timeout_s, poll_interval_s=1, expiry_grace_s=60
-                             ).save(names["policy_block"], overwrite=True)
+                             **policy).save(names["policy_block"], overwrite=True)
 
     asyncio.run(save())
     return names
@@ -99,7 +99,12 @@ def _save_blocks(sim, slack_fake, timeout_s: int, suffix: str) -> dict[str, str]
 
 @pytest.fixture
 def env(prefect_server, sim, slack_fake, request) -> Env:
-    timeout_s = getattr(request, "param", 120)
+    """The approval policy's options come from indirect parametrization (a dict)."""
+    return make_env(sim, slack_fake, **getattr(request, "param", {}))
+
+
+def make_env(sim, slack_fake, **policy_options: Any) -> Env:
+    """A node with two pods, the Slack fake, the real receiver, and saved Blocks."""
     slack_fake.post("/_fake/usergroups", {"usergroup": "SOPS", "users": [BOB]})
     conn = SlackConnection(bot_token="xoxb-test-token", signing_secret=SIGNING_SECRET,
                            base_url=slack_fake.base_url)
@@ -118,7 +123,7 @@ def env(prefect_server, sim, slack_fake, request) -> Env:
         v1.create_namespaced_pod("default", {
             "metadata": {"name": f"worker-{i}"},
             "spec": {"nodeName": "gpu-1", "containers": [{"name": "main", "image": "busybox:1"}]}})
-    blocks = _save_blocks(sim, slack_fake, timeout_s, uuid.uuid4().hex[:8])
+    blocks = _save_blocks(sim, slack_fake, uuid.uuid4().hex[:8], **policy_options)
     return Env(sim, slack_fake, Receiver(f"http://127.0.0.1:{port}/slack/events"), v1, blocks)
 
 
@@ -140,12 +145,13 @@ def latest(env: Env, message: dict) -> dict:
     return next(m for m in env.slack.messages() if m["ts"] == message["ts"])
 
 
-def wait_paused(run_id: str) -> None:
-    async def paused() -> bool:
+def wait_paused(run_id: str) -> str:
+    """Wait until the run is paused or suspended; return the state's name."""
+    async def paused() -> str | None:
         async with get_client() as c:
             run = await c.read_flow_run(uuid.UUID(run_id))
-            return bool(run.state and run.state.is_paused())
-    wait_for(lambda: asyncio.run(paused()), timeout=60, message="the run to pause")
+            return run.state.name if run.state and run.state.is_paused() else None
+    return wait_for(lambda: asyncio.run(paused()), timeout=60, message="the run to pause")
 
 
 def run_id_of(message: dict) -> str:
@@ -194,7 +200,7 @@ def test_reject_in_slack_applies_nothing(env):
     assert "Rejected" in json.dumps(latest(env, message)["blocks"])
 
 
-@pytest.mark.parametrize("env", [3], indirect=True)
+@pytest.mark.parametrize("env", [{"timeout_s": 3}], indirect=True)
 def test_a_timeout_is_a_no_and_the_run_ends_cleanly(env):
     run = FlowThread(node="gpu-1", **env.blocks)
     message = approval_message(env)
@@ -262,6 +268,16 @@ def test_approval_from_the_prefect_ui_resumes_the_run(env):
     assert run.result().name == "Completed"
     assert cordoned(env)
     assert "bob@ui" in json.dumps(latest(env, message)["blocks"])
+
+
+@pytest.mark.parametrize("env", [{"timeout_s": 120, "suspend_after_s": 10}], indirect=True)
+def test_a_long_wait_without_a_deployment_pauses_instead_of_suspending(env):
+    run = FlowThread(node="gpu-1", **env.blocks)
+    message = approval_message(env)
+    assert wait_paused(run_id_of(message)) == "Paused"  # Prefect suspends deployment runs only
+    assert env.receiver.click(message, "gpuops_approve", ALICE)[0] == 200
+    assert run.result().name == "Completed"
+    assert cordoned(env)
 
 
 def test_dry_run_changes_nothing(env):

@@ -25,6 +25,12 @@ class ApprovalPolicy(Block):
     expiry_grace_s: int = Field(300, ge=60, description="Extra time the server keeps the "
                                 "pause open after `timeout_s`, so the flow records the "
                                 "timeout itself instead of the server failing the run.")
+    suspend_after_s: int = Field(900, ge=0, description="Waits longer than this (`timeout_s` "
+                                 "above it) suspend the run instead of pausing it: its "
+                                 "process exits and the run starts again from the top when "
+                                 "answered, so nothing sits idle. Needs a deployment (a run "
+                                 "without one pauses) and the approval sweeper, which "
+                                 "`gpuops sensor slack` runs, to turn silence into a 'no'.")
 
     @classmethod
     def from_settings(cls) -> ApprovalPolicy:

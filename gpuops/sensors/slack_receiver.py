@@ -1,4 +1,5 @@
-"""The Slack actions receiver: an Approve/Reject click resumes the paused flow run.
+"""The Slack actions receiver: an Approve/Reject click resumes the waiting flow run, paused
+or suspended alike (a suspended run is a Paused-type state named "Suspended").
 
 slack-bolt verifies every request's signature and timestamp (forged or older than 5 min:
 401). On top of that this receiver rejects replays (the same signed request twice), checks
@@ -23,13 +24,13 @@ from uuid import UUID
 from aiohttp import web
 from prefect.client.orchestration import get_client
 from prefect.exceptions import NotPausedError, ObjectNotFound
-from prefect.flow_runs import aresume_flow_run
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from slack_bolt.response import BoltResponse
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.tasks.approval import resume_approval
 from gpuops.tasks.approval_blocks import (
     APPROVE_ACTION,
     REJECT_ACTION,
@@ -63,7 +64,8 @@ class ReplayGuard:
 
 
 async def _paused_on(flow_run_id: UUID, key: str) -> tuple[bool, str]:
-    """Is the run paused on this approval key? Also returns the state name for messages."""
+    """Is the run paused or suspended on this approval key? Also returns the state name for
+    messages."""
     async with get_client() as client:
         try:
             run = await client.read_flow_run(flow_run_id)
@@ -85,7 +87,7 @@ def build_receiver(conn: SlackConnection, policy: ApprovalPolicy, *,
                    process_before_response=False)
     replays = ReplayGuard()
     locks: dict[str, asyncio.Lock] = {}
-    do_resume: ResumeFn = resume or (lambda run_id, data: aresume_flow_run(run_id, data))
+    do_resume: ResumeFn = resume or resume_approval
 
     @app.middleware
     async def reject_replays(req: Any, resp: BoltResponse, next: Callable) -> Any:

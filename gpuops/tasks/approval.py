@@ -1,23 +1,41 @@
 """Approvals: one input model, one way to ask, whether the answer comes from Slack or the UI.
 
-The flow run posts a Block Kit message with Approve/Reject buttons, then pauses with
+The flow run posts a Block Kit message with Approve/Reject buttons, then waits with
 `wait_for_input=Approval`. The Slack receiver (sensors/slack_receiver.py) or a person in
-the Prefect UI resumes it with an `Approval`. A timeout is a "no": the flow enforces its
-own deadline (`anyio.fail_after`) a little before the server's pause expiry, resumes itself
-with a rejection and ends cleanly, instead of the server failing the run.
+the Prefect UI resumes it with an `Approval`. A timeout is a "no" either way:
+
+- Short waits pause (`pause_flow_run`): the process stays, enforces its own deadline
+  (`anyio.fail_after`) a little before the server's pause expiry, resumes itself with a
+  rejection and ends cleanly, instead of the server failing the run.
+- Waits longer than the policy's `suspend_after_s` suspend (`suspend_flow_run`): the process
+  exits and the run starts again from the top when answered. What the run asked is kept as
+  a flow run input (on the server, so a re-run on another worker finds it): the re-run
+  posts nothing twice, and an approval given for a plan that has since changed is not
+  applied. No process waits, so the approval sweeper (sensors/approval_sweeper.py) resumes
+  overdue runs with the same timeout "no".
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
 
 import anyio
-from prefect import task
+from prefect import get_run_logger, task
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.responses import SetStateStatus
 from prefect.context import FlowRunContext
 from prefect.events import emit_event
-from prefect.exceptions import NotPausedError
-from prefect.flow_runs import aresume_flow_run, pause_flow_run
+from prefect.exceptions import FlowPauseTimeout, NotPausedError, PrefectHTTPStatusError
+from prefect.flow_runs import asuspend_flow_run, pause_flow_run
 from prefect.input import RunInput
+from prefect.input.actions import (
+    acreate_flow_run_input,
+    adelete_flow_run_input,
+    aread_flow_run_input,
+)
 from prefect.input.run_input import keyset_from_base_key
 from prefect.runtime import flow_run as runtime_flow_run
 from pydantic import Field
@@ -28,13 +46,19 @@ from gpuops.common.redact import redact_text
 from gpuops.tasks import slack
 from gpuops.tasks.approval_blocks import (
     ApprovalRequest,
+    AskedApproval,
     decision_blocks,
+    plan_changed_text,
     request_blocks,
+    request_digest,
     timeout_text,
     verdict_text,
 )
 
 TIMEOUT_APPROVER = "timeout"
+PLAN_CHANGED_APPROVER = "gpuops"
+ASKED_INPUT_PREFIX = "gpuops-approval-"  # + approval key: the AskedApproval of a suspended run
+_KEY = re.compile(r"[A-Za-z0-9-]+")  # flow run input keys allow nothing else
 
 
 class Approval(RunInput):
@@ -43,6 +67,30 @@ class Approval(RunInput):
     approved: bool = Field(False, description="Approve the change?")
     approver: str = Field("", description="Who decided: a Slack user ID, or your name.")
     comment: str = Field("", description="Why (optional).")
+
+
+def timed_out(timeout_s: int) -> Approval:
+    return Approval(approved=False, approver=TIMEOUT_APPROVER,
+                    comment=f"no answer within {timeout_s} s")
+
+
+def asked_input_key(key: str) -> str:
+    return f"{ASKED_INPUT_PREFIX}{key}"
+
+
+async def resume_approval(flow_run_id: UUID, answer: dict[str, Any]) -> None:
+    """Resume a run waiting on an approval (paused or suspended). Raises `NotPausedError`
+    when it no longer waits, also when someone else resumed it a moment before (the
+    server's answer then is ABORT, which `aresume_flow_run` lets pass silently)."""
+    async with get_client() as client:
+        result = await client.resume_flow_run(flow_run_id, run_input=answer)
+    reason = getattr(result.details, "reason", "") or ""
+    if result.status == SetStateStatus.ABORT:
+        raise NotPausedError(f"flow run {flow_run_id} is not waiting: {reason}")
+    if result.status == SetStateStatus.REJECT:
+        if result.state is not None and result.state.is_failed():
+            raise FlowPauseTimeout(f"flow run {flow_run_id} can no longer be resumed")
+        raise RuntimeError(f"flow run {flow_run_id} refused the answer: {reason}")
 
 
 def _now() -> str:
@@ -72,61 +120,151 @@ def _ui_description(request: ApprovalRequest) -> str:
     return "\n\n".join(parts)
 
 
-async def request_approval(request: ApprovalRequest, *, policy: ApprovalPolicy,
-                           slack_conn: SlackConnection, key: str = "approval") -> Approval:
-    """Ask for approval in Slack and in the UI; wait; return the decision (never raises on
-    rejection or timeout: the caller decides what a "no" means)."""
-    context = FlowRunContext.get()
-    if context is None or context.flow_run is None:
-        raise RuntimeError("request_approval must be called inside a flow run")
-    flow_run_id = str(context.flow_run.id)
-    secrets = slack_conn.secrets()
-    request = ApprovalRequest(
+def _redacted(request: ApprovalRequest, secrets: list[str]) -> ApprovalRequest:
+    return ApprovalRequest(
         title=redact_text(request.title, secrets), summary=redact_text(request.summary, secrets),
         reason=redact_text(request.reason, secrets), plan=redact_text(request.plan, secrets),
         cost_impact=request.cost_impact, targets=request.targets)
-    blocks = request_blocks(request, flow_run_id=flow_run_id, key=key,
-                            run_url=runtime_flow_run.ui_url, timeout_s=policy.timeout_s)
-    message = post_approval_request(slack_conn, policy.channel, request.title, blocks)
+
+
+async def request_approval(request: ApprovalRequest, *, policy: ApprovalPolicy,
+                           slack_conn: SlackConnection, key: str = "approval") -> Approval:
+    """Ask for approval in Slack and in the UI; wait; return the decision (never raises on
+    rejection or timeout: the caller decides what a "no" means). A suspending wait exits
+    the process the first time (Prefect's `Pause` signal) and returns on the re-run."""
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        raise RuntimeError("request_approval must be called inside a flow run")
+    if not _KEY.fullmatch(key):
+        raise ValueError(f"approval key {key!r} may hold only letters, digits and dashes")
+    flow_run_id = context.flow_run.id
+    request = _redacted(request, slack_conn.secrets())
+    digest = request_digest(request)
+    deployed = context.flow_run.deployment_id is not None
+    # A re-run after a suspension carries on as one, even if the policy changed meanwhile.
+    asked = await _asked_before(flow_run_id, key) if deployed else None
+    suspend = asked is not None or policy.timeout_s > policy.suspend_after_s
+    if suspend and not deployed:
+        get_run_logger().info("approval %r waits up to %d s, but only runs of a deployment "
+                              "can be suspended: pausing instead (this process waits)",
+                              key, policy.timeout_s)
+        suspend = False
     resource = {"prefect.resource.id": f"prefect.flow-run.{flow_run_id}",
                 "gpuops.approval-key": key}
-    emit_event("gpuops.approval.requested", resource=resource,
-               payload={"title": request.title, "targets": list(request.targets),
-                        "channel": message.channel, "ts": message.ts})
+    if asked is None:
+        asked = _ask(request, digest, policy=policy, slack_conn=slack_conn,
+                     flow_run_id=str(flow_run_id), key=key)
+        if suspend:
+            await _keep(flow_run_id, key, asked)
+        emit_event("gpuops.approval.requested", resource=resource,
+                   payload={"title": request.title, "targets": list(request.targets),
+                            "channel": asked.channel, "ts": asked.ts})
     form = Approval.with_initial_data(description=_ui_description(request), approved=False)
-    try:
-        with anyio.fail_after(policy.timeout_s):
-            approval = await pause_flow_run(
-                wait_for_input=form, key=key, poll_interval=policy.poll_interval_s,
-                timeout=policy.timeout_s + policy.expiry_grace_s)
-        approval = Approval(approved=approval.approved, approver=approval.approver,
-                            comment=approval.comment)
-        verdict = verdict_text(approval.approved, approval.approver or "someone in the UI",
-                               _now(), approval.comment)
-    except TimeoutError:
-        approval = await _close_on_timeout(flow_run_id, key, policy)
-        verdict = (timeout_text(policy.timeout_s) if approval.approver == TIMEOUT_APPROVER
-                   else verdict_text(approval.approved, approval.approver, _now(),
-                                     approval.comment))
-    record_decision(slack_conn, message, blocks, verdict)
-    outcome = ("timed-out" if approval.approver == TIMEOUT_APPROVER
-               else "granted" if approval.approved else "rejected")
+    if suspend:
+        approval, outcome, verdict = await _wait_suspended(form, key, policy, asked, digest)
+    else:
+        approval, outcome, verdict = await _wait_paused(form, str(flow_run_id), key, policy)
+    record_decision(slack_conn, slack.PostedMessage(asked.channel, asked.ts),
+                    list(asked.blocks), verdict)
     emit_event(f"gpuops.approval.{outcome}", resource=resource,
                payload={"approver": approval.approver, "comment": approval.comment,
                         "title": request.title})
     return approval
 
 
+def _ask(request: ApprovalRequest, digest: str, *, policy: ApprovalPolicy,
+         slack_conn: SlackConnection, flow_run_id: str, key: str) -> AskedApproval:
+    blocks = request_blocks(request, flow_run_id=flow_run_id, key=key,
+                            run_url=runtime_flow_run.ui_url, timeout_s=policy.timeout_s)
+    message = post_approval_request(slack_conn, policy.channel, request.title, blocks)
+    return AskedApproval(channel=message.channel, ts=message.ts, blocks=tuple(blocks),
+                         digest=digest, timeout_s=policy.timeout_s,
+                         deadline=datetime.now(UTC) + timedelta(seconds=policy.timeout_s))
+
+
+async def _asked_before(flow_run_id: UUID, key: str) -> AskedApproval | None:
+    """The request this run posted before it suspended, if this is the re-run of that
+    attempt. A fired pause key says so; a new attempt (flow retry) clears the keys and asks
+    again."""
+    async with get_client() as client:
+        run = await client.read_flow_run(flow_run_id)
+    if key not in (run.empirical_policy.pause_keys or set()):
+        return None
+    data = await aread_flow_run_input(asked_input_key(key), flow_run_id=flow_run_id)
+    if data is None:
+        raise RuntimeError(f"approval {key!r} of flow run {flow_run_id} was already asked "
+                           f"in this attempt, but its request record "
+                           f"{asked_input_key(key)!r} is missing; nothing was applied. Use "
+                           "one key per approval in a flow, or start a new run to ask again.")
+    return AskedApproval.from_json(data)
+
+
+async def _keep(flow_run_id: UUID, key: str, asked: AskedApproval) -> None:
+    try:
+        await acreate_flow_run_input(asked_input_key(key), asked.to_json(),
+                                     flow_run_id=flow_run_id)
+    except PrefectHTTPStatusError as e:
+        if e.response.status_code != 409:
+            raise
+        # An earlier attempt's record (the flow was retried): this attempt asked anew.
+        await adelete_flow_run_input(asked_input_key(key), flow_run_id=flow_run_id)
+        await acreate_flow_run_input(asked_input_key(key), asked.to_json(),
+                                     flow_run_id=flow_run_id)
+
+
+def _as_plain(answer: Approval) -> Approval:
+    return Approval(approved=answer.approved, approver=answer.approver, comment=answer.comment)
+
+
+Decision = tuple[Approval, str, str]  # the answer, the event's outcome, the Slack verdict
+
+
+def _decided(approval: Approval, timeout_s: int) -> Decision:
+    if approval.approver == TIMEOUT_APPROVER:
+        return approval, "timed-out", timeout_text(timeout_s)
+    verdict = verdict_text(approval.approved, approval.approver or "someone in the UI",
+                           _now(), approval.comment)
+    return approval, "granted" if approval.approved else "rejected", verdict
+
+
+async def _wait_suspended(form: type[Approval], key: str, policy: ApprovalPolicy,
+                          asked: AskedApproval, digest: str) -> Decision:
+    approval = _as_plain(await asuspend_flow_run(
+        wait_for_input=form, key=key, timeout=policy.timeout_s + policy.expiry_grace_s))
+    if approval.approved and asked.digest != digest:
+        # The cluster changed while the run was suspended: the approval was for another
+        # plan. Not applying is safer and simpler than asking again (which could repeat
+        # without end on a busy cluster); the next run plans afresh and asks about that.
+        # A "no" stands as given: it is a "no" for either plan.
+        get_run_logger().warning("approval %r by %s was for a different plan; not applying",
+                                 key, approval.approver)
+        return (Approval(approved=False, approver=PLAN_CHANGED_APPROVER,
+                         comment=f"the plan changed while waiting; the approval by "
+                                 f"{approval.approver} was for the plan as it was"),
+                "plan-changed", plan_changed_text(approval.approver, _now()))
+    return _decided(approval, asked.timeout_s)
+
+
+async def _wait_paused(form: type[Approval], flow_run_id: str, key: str,
+                       policy: ApprovalPolicy) -> Decision:
+    try:
+        with anyio.fail_after(policy.timeout_s):
+            approval = _as_plain(await pause_flow_run(
+                wait_for_input=form, key=key, poll_interval=policy.poll_interval_s,
+                timeout=policy.timeout_s + policy.expiry_grace_s))
+    except TimeoutError:
+        approval = await _close_on_timeout(flow_run_id, key, policy)
+    return _decided(approval, policy.timeout_s)
+
+
 async def _close_on_timeout(flow_run_id: str, key: str, policy: ApprovalPolicy) -> Approval:
     """Resume our own paused run with a "no"; if someone answered at the same instant,
     their answer stands."""
-    timed_out = Approval(approved=False, approver=TIMEOUT_APPROVER,
-                         comment=f"no answer within {policy.timeout_s} s")
+    answer = timed_out(policy.timeout_s)
     try:
-        await aresume_flow_run(flow_run_id, run_input=timed_out.model_dump(
+        await resume_approval(UUID(flow_run_id), answer.model_dump(
             include={"approved", "approver", "comment"}))
-        return timed_out
+        return answer
     except NotPausedError:
         answered = await Approval.aload(keyset_from_base_key(f"paused-{key}"))
-        return Approval(approved=answered.approved, approver=answered.approver,
-                        comment=answered.comment)
+        return _as_plain(answered)

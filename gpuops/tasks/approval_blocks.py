@@ -1,9 +1,13 @@
-"""Block Kit for approval requests and decisions (pure: data in, Slack blocks out)."""
+"""Approval requests as data (pure): Block Kit for requests and decisions, the digest of
+what was asked, and the record a suspended run keeps of its request."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 SECTION_LIMIT = 2900  # Slack caps a section's text at 3,000 characters
 APPROVE_ACTION = "gpuops_approve"
@@ -84,3 +88,45 @@ def verdict_text(approved: bool, approver: str, when: str, comment: str = "") ->
 def timeout_text(timeout_s: int) -> str:
     return (f"⌛ *Not approved*: no answer within {timeout_s // 60} min. "
             "Nothing was applied.")
+
+
+def plan_changed_text(approver: str, when: str) -> str:
+    who = f"<@{approver}>" if approver and approver.startswith(("U", "W")) else approver
+    return (f"⚠️ *Not applied*: the plan changed while this waited, so the approval by "
+            f"{who} no longer applies ({when}). Nothing was applied.")
+
+
+def request_digest(request: ApprovalRequest) -> str:
+    """A hash of what a person is asked to approve. `reason` is left out: it explains the
+    change, it is not the change (and may carry times that differ on every run)."""
+    asked = {"title": request.title, "summary": request.summary, "plan": request.plan,
+             "cost_impact": request.cost_impact, "targets": list(request.targets)}
+    return hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class AskedApproval:
+    """What a run keeps of a request it posted, while suspended: its re-run must not post
+    again, must not apply an answer given for a different plan, and the sweeper must know
+    when silence becomes a "no"."""
+
+    channel: str
+    ts: str
+    blocks: tuple[dict, ...]
+    digest: str
+    deadline: datetime  # aware; no answer by then is a "no"
+    timeout_s: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"channel": self.channel, "ts": self.ts, "blocks": list(self.blocks),
+                "digest": self.digest, "deadline": self.deadline.isoformat(),
+                "timeout_s": self.timeout_s}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AskedApproval:
+        deadline = datetime.fromisoformat(data["deadline"])
+        if deadline.tzinfo is None:
+            raise ValueError(f"approval deadline {data['deadline']!r} has no time zone")
+        return cls(channel=str(data["channel"]), ts=str(data["ts"]),
+                   blocks=tuple(data.get("blocks") or ()), digest=str(data["digest"]),
+                   deadline=deadline, timeout_s=int(data["timeout_s"]))
