@@ -146,10 +146,14 @@ def test_an_evicted_pod_is_reported_once_across_updates_and_a_watcher_restart(tm
         w.capture.capture = fake_capture  # type: ignore[method-assign]
         return w
 
-    def deliver(w: ClusterWatcher) -> None:
+    def deliver(w: ClusterWatcher) -> None:  # what the worker and delivery threads do
         while not w._queue.empty():
-            restart, pod, observed = w._queue.get_nowait()
-            w._report(restart, pod, observed)
+            w._capture(*w._queue.get_nowait())
+        outgoing = []
+        while not w._outbox.empty():
+            outgoing.append(w._outbox.get_nowait())
+        if outgoing:
+            w._send(outgoing)
 
     watcher = new_watcher()
     for _ in range(3):  # later updates of the same pod

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -120,7 +121,10 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
             last_full_scan = read_until
         overlap = OVERLAP if _now() - last_full_scan >= FULL_SCAN_EVERY else RECENT_OVERLAP
         if events:
+            batch_started = time.monotonic()
             await reporter.handle_batch([(e.payload, str(e.id)) for e in events])
+            log.info("handled %d restart event(s) in %.1f s", len(events),
+                     time.monotonic() - batch_started)
             seen.update(str(e.id) for e in events)
             cursor = max(cursor, max(e.occurred for e in events))
             await Variable.aset(_cursor_name(kube.cluster_name), cursor.isoformat(),
@@ -129,7 +133,7 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
         elif (_now() - quiet_since).total_seconds() >= quiet_seconds and _now() >= stay_until:
             break
         await asyncio.sleep(0.5)
-    await reporter.update_parents(final=True)
+    await reporter.finish()
     await reporter.check_recoveries(await load_all_timelines())
     me = context.flow_run if context else None
     if window and me is not None and me.deployment_id is not None:

@@ -2,15 +2,17 @@
 
 Pods and nodes are listed and watched (`WatchLoop`: resume after a dropped connection,
 relist on 410). A pod update that shows a new restart is queued at once; capture workers
-read the evidence that is about to vanish and deliver `gpuops.pod.restarted` to Prefect,
-then mark the restart reported (persisted, so a restarted watcher neither loses nor repeats
-one). The queue is bounded: in a restart storm the watch thread waits (backpressure), and
+read the evidence that is about to vanish; one delivery thread sends `gpuops.pod.restarted`
+to Prefect (several events per request when they pile up) and, once the server has them,
+marks the restarts reported (persisted, so a restarted watcher neither loses nor repeats
+one). The queues are bounded: in a restart storm the watch thread waits (backpressure), and
 anything the server drops meanwhile comes back on the re-watch or relist.
 Node state changes that metrics miss (cordon, NotReady) are emitted as events too.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -30,6 +32,16 @@ from gpuops.tasks.kube import Kube
 log = logging.getLogger("gpuops.sensors.watcher")
 
 INLINE_LOG_BYTES = 256 * 1024  # what stays in the event when the evidence is too big
+SEND_BATCH_EVENTS = 50  # events per request to Prefect, when they pile up
+SEND_BATCH_BYTES = 4 << 20
+
+
+@dataclass
+class _Outgoing:
+    restart: DetectedRestart
+    event: Any
+    observed: datetime
+    size: int
 
 
 @dataclass
@@ -67,6 +79,7 @@ class ClusterWatcher:
         self.stats = WatcherStats()
         self._queue: queue.Queue[tuple[DetectedRestart, dict[str, Any], datetime]] = queue.Queue(
             queue_size)
+        self._outbox: queue.Queue[_Outgoing] = queue.Queue(queue_size)
         self._pending: dict[str, int] = {}  # container key -> restartCount queued
         self._deleted: set[str] = set()  # pod uids to forget once their restarts are reported
         self._lock = threading.Lock()
@@ -82,7 +95,8 @@ class ClusterWatcher:
     # --- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> ClusterWatcher:
-        for target, name in ((self.pods.run, "watch-pods"), (self.nodes.run, "watch-nodes")):
+        for target, name in ((self.pods.run, "watch-pods"), (self.nodes.run, "watch-nodes"),
+                             (self._deliver, "deliver")):
             self._threads.append(threading.Thread(target=target, name=name, daemon=True))
         for i in range(self._workers):
             self._threads.append(threading.Thread(target=self._work, name=f"capture-{i}",
@@ -153,23 +167,27 @@ class ClusterWatcher:
             except queue.Empty:
                 continue
             try:
-                self._report(restart, pod, observed)
+                self._capture(restart, pod, observed)
             except Exception:
                 self.stats.capture_errors += 1
                 log.exception("could not report restart %s", restart.identity)
-                with self._lock:
-                    if self._pending.get(restart.key) == _done(restart):
-                        del self._pending[restart.key]  # a later update will retry it
+                self._unqueue(restart)  # a later update will retry it
             finally:
-                self._forget_deleted(restart.pod_uid)
                 self._queue.task_done()
 
-    def _report(self, restart: DetectedRestart, pod: dict[str, Any], observed: datetime) -> None:
+    def _unqueue(self, restart: DetectedRestart) -> None:
+        with self._lock:
+            if self._pending.get(restart.key) == _done(restart):
+                del self._pending[restart.key]
+        self._forget_deleted(restart.pod_uid)
+
+    def _capture(self, restart: DetectedRestart, pod: dict[str, Any], observed: datetime
+                 ) -> None:
         taken = _now()
         evidence = self.capture.capture(restart, pod, observed.isoformat())
         self.stats.queue_wait_s.append((taken - observed).total_seconds())
         self.stats.capture_s.append((_now() - taken).total_seconds())
-        payload = self._fit(evidence)
+        payload, size = self._fit(evidence)
         w = evidence.workload
         event = build_event(
             obj="pod", what="restarted", cluster=self.cluster, kind="Pod",
@@ -178,28 +196,57 @@ class ClusterWatcher:
             labels={"gpuops.workload": evidence.workload_key, "gpuops.container": restart.container,
                     "gpuops.node": evidence.node},
             related_resources=[workload_related(self.cluster, w.kind, w.namespace, w.name)])
-        self.sender.send([event], stop=self.stop_event)
-        self.stats.emitted += 1
-        self.stats.detect_latencies_s.append((_now() - observed).total_seconds())
-        with self._lock:
-            self.reported.mark(restart.key, _done(restart))
-            if self._pending.get(restart.key) == _done(restart):
-                del self._pending[restart.key]
+        self._outbox.put(_Outgoing(restart, event, observed, size))  # bounded: backpressure
 
-    def _fit(self, evidence: RestartEvidence) -> dict[str, Any]:
-        """The event payload; a log too big for an event goes to result storage instead."""
+    def _deliver(self) -> None:
+        """One thread sends what the capture workers produced, several events per request
+        when they pile up, and marks each restart reported once the server has it."""
+        while not self.stop_event.is_set():
+            try:
+                batch = [self._outbox.get(timeout=0.2)]
+            except queue.Empty:
+                continue
+            size = batch[0].size
+            while len(batch) < SEND_BATCH_EVENTS and size < SEND_BATCH_BYTES:
+                try:
+                    batch.append(self._outbox.get_nowait())
+                except queue.Empty:
+                    break
+                size += batch[-1].size
+            if not self._send(batch):
+                return
+
+    def _send(self, batch: list[_Outgoing]) -> bool:
+        """Deliver a batch and mark it reported; False if the watcher stopped first."""
+        try:
+            self.sender.send([item.event for item in batch], stop=self.stop_event)
+        except RuntimeError:  # stopped before delivery: a new watcher will find them
+            for item in batch:
+                self._unqueue(item.restart)
+            return False
+        sent = _now()
+        for item in batch:
+            self.stats.emitted += 1
+            self.stats.detect_latencies_s.append((sent - item.observed).total_seconds())
+            with self._lock:
+                self.reported.mark(item.restart.key, _done(item.restart))
+            self._unqueue(item.restart)
+        return True
+
+    def _fit(self, evidence: RestartEvidence) -> tuple[dict[str, Any], int]:
+        """The event payload and its size; a log too big for an event goes to result storage
+        instead."""
         payload = evidence.model_dump(mode="json")
-        import json
-
-        if len(json.dumps(payload)) <= PAYLOAD_LIMIT_BYTES:
-            return payload
+        size = len(json.dumps(payload))
+        if size <= PAYLOAD_LIMIT_BYTES:
+            return payload, size
         from prefect.results import get_default_result_storage
 
         ref = f"gpuops/evidence/{evidence.identity.replace('/', '_')}.log"
         get_default_result_storage().write_path(ref, evidence.previous_log.encode())
         payload["previous_log"] = evidence.previous_log[-INLINE_LOG_BYTES:]
         payload["previous_log_ref"] = ref
-        return payload
+        return payload, len(json.dumps(payload))
 
     # --- nodes ---------------------------------------------------------------------------------
 

@@ -130,6 +130,15 @@ class RestartReporter:
         self.parents: dict[str, _Parent] = {}  # thread ts -> parent
         self.counts: dict[str, int] = defaultdict(int)
         self.links = RestartLinks(flow_run_url=runtime_flow_run.ui_url)
+        self._background: list[asyncio.Task] = []
+
+    async def finish(self) -> None:
+        """Bring every edited thread's parent up to date and wait for the restart reports."""
+        await self.update_parents(final=True)
+        results = await asyncio.gather(*self._background, return_exceptions=True)
+        self._background.clear()
+        for error in (r for r in results if isinstance(r, BaseException)):
+            self.log.warning("a restart report artifact was not written: %s", error)
 
     async def timeline(self, workload_key: str) -> Timeline:
         if workload_key not in self.timelines:
@@ -198,10 +207,12 @@ class RestartReporter:
             await save_timeline(timeline)
         if skipped and not groups:
             await save_timeline(timeline)
-        await asyncio.gather(*(acreate_markdown_artifact(
+        # The per-restart reports are history, not state: written in the background so the
+        # next batch's Slack messages do not wait for them (`finish` waits).
+        self._background.extend(asyncio.create_task(acreate_markdown_artifact(
             markdown=restart_markdown(evidence, diagnosis, self.links),
-            description=f"Restart {evidence.identity}: {diagnosis.title}")
-            for evidence, diagnosis in handled))
+            description=f"Restart {evidence.identity}: {diagnosis.title}"))
+            for evidence, diagnosis in handled)
 
     async def _post(self, timeline: Timeline,
                     group: list[tuple[RestartEvidence, Diagnosis, TimelineRow]],
@@ -244,26 +255,26 @@ class RestartReporter:
     async def update_parents(self, *, final: bool) -> None:
         """Edit the parents whose threads got replies: those not edited within
         `parent_update_seconds`, or all of them at the end of the run (`final`)."""
-        now = _now()
-        since = now - timedelta(minutes=self.policy.summary_window_minutes)
-        for parent in list(self.parents.values()):
-            if not parent.stale or not final and (
-                    time.monotonic() - parent.edited_at < self.policy.parent_update_seconds):
-                continue
-            ev, dx = parent.latest
-            blocks = parent_blocks([parent.latest], links=self.links,
-                                   total_restarts=parent.timeline.count_since(dx.cause, since),
-                                   first_seen=_first_seen(parent.timeline, dx.cause, since))
-            await self.limits.update()
-            try:
-                await update_in_slack(self.conn, parent.message, blocks.text, blocks.blocks,
-                                      f"{ev.workload.name}-{dx.cause}")
-            except SlackApiError as e:
-                if e.response.get("error") not in THREAD_GONE:
-                    raise
-                self.log.warning("parent %s is gone (%s); not edited", parent.message.ts,
-                                 e.response.get("error"))
-            parent.stale, parent.edited_at = False, time.monotonic()
+        due = [p for p in self.parents.values() if p.stale and (final or time.monotonic()
+               - p.edited_at >= self.policy.parent_update_seconds)]
+        await asyncio.gather(*(self._edit_parent(parent) for parent in due))
+
+    async def _edit_parent(self, parent: _Parent) -> None:
+        since = _now() - timedelta(minutes=self.policy.summary_window_minutes)
+        ev, dx = parent.latest
+        blocks = parent_blocks([parent.latest], links=self.links,
+                               total_restarts=parent.timeline.count_since(dx.cause, since),
+                               first_seen=_first_seen(parent.timeline, dx.cause, since))
+        await self.limits.update()
+        try:
+            await update_in_slack(self.conn, parent.message, blocks.text, blocks.blocks,
+                                  f"{ev.workload.name}-{dx.cause}")
+        except SlackApiError as e:
+            if e.response.get("error") not in THREAD_GONE:
+                raise
+            self.log.warning("parent %s is gone (%s); not edited", parent.message.ts,
+                             e.response.get("error"))
+        parent.stale, parent.edited_at = False, time.monotonic()
 
     async def check_recoveries(self, timelines: list[Timeline]) -> None:
         """Reply "recovered" in open threads whose workload has been Ready long enough."""
