@@ -281,6 +281,10 @@ def test_a_long_wait_without_a_deployment_pauses_instead_of_suspending(env):
 
 
 def test_dry_run_changes_nothing(env):
+    def settled() -> bool:  # the kubelet is done starting them: no update of its own is due
+        return all(any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+                   for p in env.v1.list_namespaced_pod("default").items)
+    wait_for(settled, timeout=60, message="both pods Ready")
     before = [(p.metadata.name, p.metadata.resource_version)
               for p in env.v1.list_namespaced_pod("default").items]
     node_rv = env.v1.read_node("gpu-1").metadata.resource_version

@@ -666,7 +666,7 @@ def _pct(part: int, whole: int) -> float | None:
 
 def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
         channels: int = 6, prefect_api_url: str | None = None, drain_timeout_s: float = 1800.0,
-        settle_timeout_s: float = 90.0) -> dict[str, Any]:
+        settle_timeout_s: float = 90.0, keep_logs: bool = False) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-restart-storm-"))
     bench = RestartStorm(tmp, workloads, duration_s, speed, channels)
     try:
@@ -686,7 +686,10 @@ def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
         print(f"restart-storm failed; logs kept in {tmp / 'logs'}", file=sys.stderr)
         raise
     else:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if keep_logs:
+            print(f"restart-storm logs kept in {tmp / 'logs'}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     finally:
         for stop in reversed(bench.stops):
             with contextlib.suppress(Exception):  # best-effort teardown
@@ -696,9 +699,9 @@ def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
 
 def main(json_output: bool = True, workloads: int = 30, duration_s: float = 120.0,
          speed: float = 10.0, channels: int = 6, prefect_api_url: str | None = None,
-         drain_timeout_s: float = 1800.0) -> dict[str, Any]:
+         drain_timeout_s: float = 1800.0, keep_logs: bool = False) -> dict[str, Any]:
     result = run(int(workloads), float(duration_s), float(speed), int(channels),
-                 prefect_api_url, float(drain_timeout_s))
+                 prefect_api_url, float(drain_timeout_s), keep_logs=bool(keep_logs))
     if not json_output:
         for key, value in result.items():
             print(f"{key:>40}: {value}")
