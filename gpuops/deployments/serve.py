@@ -38,10 +38,13 @@ def deployments() -> list:
             name="on-demand", tags=["gpuops", "maintenance"],
             description="Cordon and drain a node, with approval."),
         # Hourly, at the top of the hour: each run requests what is needed lead-time ahead.
+        # One at a time, later ones queued: a run resumed from a long (suspended) approval
+        # must wait for the active one, not be cancelled after its approver clicked; it then
+        # re-plans and applies only if the plan is still the one approved.
         capacity_prewarm.to_deployment(
             name="hourly", cron="0 * * * *", tags=["gpuops", "capacity"],
             concurrency_limit=ConcurrencyLimitConfig(
-                limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
+                limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
             description="Forecast demand, plan node pools, pre-warm them ahead of demand."),
     ]
 
