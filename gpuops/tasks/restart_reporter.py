@@ -16,10 +16,11 @@ import asyncio
 import contextlib
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.artifacts import acreate_markdown_artifact
@@ -67,7 +68,7 @@ class SlackLimits:
         self._ready: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._known: set[str] = set()
 
-    async def _take(self, name: str, per_minute: int) -> None:
+    async def _take(self, name: str, per_minute: int, slots: int) -> None:
         async with self._ready[name]:  # workloads handled at once share a channel's limit
             if name not in self._known:
                 async with get_client() as client:
@@ -75,14 +76,17 @@ class SlackLimits:
                         await client.upsert_global_concurrency_limit_by_name(
                             name, per_minute, slot_decay_per_second=per_minute / 60)
                 self._known.add(name)
-        await rate_limit(name, strict=True)
+        while slots > 0:  # Prefect refuses more slots at once than the limit
+            await rate_limit(name, occupy=min(slots, per_minute), strict=True)
+            slots -= per_minute
 
-    async def post(self, channel: str) -> None:
+    async def post(self, channel: str, messages: int = 1) -> None:
         slug = re.sub(r"[^a-z0-9-]+", "-", channel.lower()).strip("-")
-        await self._take(f"{SLACK_POSTS}-{slug}", self.policy.slack_posts_per_minute_per_channel)
+        await self._take(f"{SLACK_POSTS}-{slug}", self.policy.slack_posts_per_minute_per_channel,
+                         messages)
 
-    async def update(self) -> None:
-        await self._take(SLACK_UPDATES, self.policy.slack_updates_per_minute)
+    async def update(self, edits: int = 1) -> None:
+        await self._take(SLACK_UPDATES, self.policy.slack_updates_per_minute, edits)
 
 
 def _worth_retrying(task, task_run, state) -> bool:
@@ -116,6 +120,24 @@ class _Parent:
     latest: Restart
     edited_at: float = float("-inf")  # time.monotonic() of our last edit in this run
     stale: bool = False
+
+
+@dataclass
+class _Group:
+    """A batch's restarts of one (workload, cause), the thread they join (None: a new one)
+    and the channel their message goes to."""
+
+    items: list[tuple[RestartEvidence, Diagnosis, TimelineRow]]
+    thread: TimelineRow | None
+    channel: str
+
+
+@dataclass
+class _WorkloadPlan:
+    timeline: Timeline
+    handled: list[Restart] = field(default_factory=list)
+    skipped: list[TimelineRow] = field(default_factory=list)
+    groups: list[_Group] = field(default_factory=list)
 
 
 class RestartReporter:
@@ -155,10 +177,17 @@ class RestartReporter:
                 by_workload[evidence.workload_key].append(evidence)
         gate = asyncio.Semaphore(WORKLOADS_AT_ONCE)
 
-        async def one(key: str, found: list[RestartEvidence]) -> None:
+        async def bounded(work: Any) -> Any:
             async with gate:
-                await self._handle_workload(key, found)
-        results = await asyncio.gather(*(one(k, v) for k, v in by_workload.items()),
+                return await work
+        plans = await asyncio.gather(*(bounded(self._plan(key, found))
+                                       for key, found in by_workload.items()))
+        # One reservation per channel for the batch: each rate-limit call is a round trip
+        # that Prefect serialises per limit, too slow to make once per message in a storm.
+        per_channel = Counter(group.channel for plan in plans for group in plan.groups)
+        await asyncio.gather(*(self.limits.post(channel, n) for channel, n in
+                               per_channel.items()))
+        results = await asyncio.gather(*(bounded(self._report(plan)) for plan in plans),
                                        return_exceptions=True)
         await self.update_parents(final=False)
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -176,58 +205,66 @@ class RestartReporter:
             self.counts["invalid"] += 1
             return None
 
-    async def _handle_workload(self, workload_key: str, found: list[RestartEvidence]) -> None:
+    async def _plan(self, workload_key: str, found: list[RestartEvidence]) -> _WorkloadPlan:
+        """Classify a workload's new restarts: skipped ones, and one group per cause with
+        the thread and channel its message goes to."""
         timeline = await self.timeline(workload_key)
         now = _now()
-        groups: dict[str, list[tuple[RestartEvidence, Diagnosis, TimelineRow]]] = {}
-        handled: list[Restart] = []
-        skipped = False
+        plan = _WorkloadPlan(timeline)
+        by_cause: dict[str, list[tuple[RestartEvidence, Diagnosis, TimelineRow]]] = {}
         for evidence in sorted(found, key=lambda e: (e.observed_at, e.restart_count)):
             if timeline.has(evidence.identity) or any(
-                    e.identity == evidence.identity for e, _ in handled):
+                    e.identity == evidence.identity for e, _ in plan.handled):
                 self.counts["duplicate"] += 1
                 continue
             diagnosis = diagnose(evidence, self.rules)
-            handled.append((evidence, diagnosis))
+            plan.handled.append((evidence, diagnosis))
             row = _row(evidence, diagnosis)
             why_not = skip_reason(evidence, diagnosis, self.policy, now)
             if why_not:
                 row.reported = f"skipped: {why_not}"
-                timeline.add(row)
-                skipped = True
+                plan.skipped.append(row)
                 self.counts["skipped"] += 1
             else:
-                groups.setdefault(diagnosis.cause, []).append((evidence, diagnosis, row))
-        for group in groups.values():
-            await self._post(timeline, group, now)
-            for *_, row in group:
+                by_cause.setdefault(diagnosis.cause, []).append((evidence, diagnosis, row))
+        window = timedelta(minutes=self.policy.thread_window_minutes)
+        for cause, items in by_cause.items():
+            thread = timeline.thread_for(cause, now, window)
+            channel = thread.channel if thread else route_channel(items[-1][0], self.policy)
+            plan.groups.append(_Group(items, thread, channel))
+        return plan
+
+    async def _report(self, plan: _WorkloadPlan) -> None:
+        timeline = plan.timeline
+        for row in plan.skipped:
+            timeline.add(row)
+        for group in plan.groups:
+            await self._post(timeline, group)
+            for *_, row in group.items:
                 timeline.add(row)
-            self.counts["posted"] += len(group)
+            self.counts["posted"] += len(group.items)
             # Record at once: a run that dies after posting must not post these again.
             await save_timeline(timeline)
-        if skipped and not groups:
+        if plan.skipped and not plan.groups:
             await save_timeline(timeline)
         # The per-restart reports are history, not state: written in the background so the
         # next batch's Slack messages do not wait for them (`finish` waits).
         self._background.extend(asyncio.create_task(acreate_markdown_artifact(
             markdown=restart_markdown(evidence, diagnosis, self.links),
             description=f"Restart {evidence.identity}: {diagnosis.title}"))
-            for evidence, diagnosis in handled)
+            for evidence, diagnosis in plan.handled)
 
-    async def _post(self, timeline: Timeline,
-                    group: list[tuple[RestartEvidence, Diagnosis, TimelineRow]],
-                    now: datetime) -> None:
-        """One message for a (workload, cause) group: a reply in its thread, or a new parent."""
-        restarts = [(evidence, diagnosis) for evidence, diagnosis, _ in group]
+    async def _post(self, timeline: Timeline, group: _Group) -> None:
+        """One message for a (workload, cause) group: a reply in its thread, or a new parent.
+        The batch has reserved its rate-limit slot."""
+        restarts = [(evidence, diagnosis) for evidence, diagnosis, _ in group.items]
         latest_ev, latest_dx = restarts[-1]
         name = f"{latest_ev.workload.name}-{latest_dx.cause}"
-        thread = timeline.thread_for(latest_dx.cause, now,
-                                     timedelta(minutes=self.policy.thread_window_minutes))
+        thread = group.thread
         message: slack.PostedMessage | None = None
         if thread is not None:
             message = slack.PostedMessage(thread.channel, thread.thread_ts)
             reply = reply_blocks(restarts, links=self.links)
-            await self.limits.post(thread.channel)
             try:
                 await post_to_slack(self.conn, thread.channel, reply.text, reply.blocks, name,
                                     thread_ts=thread.thread_ts)
@@ -245,11 +282,12 @@ class RestartReporter:
         if message is None:
             channel = route_channel(latest_ev, self.policy)
             new = parent_blocks(restarts, links=self.links, total_restarts=len(restarts))
-            await self.limits.post(channel)
+            if thread is not None:  # a second message for this group: it needs its own slot
+                await self.limits.post(channel)
             message = await post_to_slack(self.conn, channel, new.text, new.blocks, name)
             self.parents[message.ts] = _Parent(message, timeline, restarts[-1],
                                                edited_at=time.monotonic())
-        for *_, row in group:
+        for *_, row in group.items:
             row.channel, row.thread_ts, row.reported = message.channel, message.ts, "posted"
 
     async def update_parents(self, *, final: bool) -> None:
@@ -257,7 +295,9 @@ class RestartReporter:
         `parent_update_seconds`, or all of them at the end of the run (`final`)."""
         due = [p for p in self.parents.values() if p.stale and (final or time.monotonic()
                - p.edited_at >= self.policy.parent_update_seconds)]
-        await asyncio.gather(*(self._edit_parent(parent) for parent in due))
+        if due:
+            await self.limits.update(len(due))
+            await asyncio.gather(*(self._edit_parent(parent) for parent in due))
 
     async def _edit_parent(self, parent: _Parent) -> None:
         since = _now() - timedelta(minutes=self.policy.summary_window_minutes)
@@ -265,7 +305,6 @@ class RestartReporter:
         blocks = parent_blocks([parent.latest], links=self.links,
                                total_restarts=parent.timeline.count_since(dx.cause, since),
                                first_seen=_first_seen(parent.timeline, dx.cause, since))
-        await self.limits.update()
         try:
             await update_in_slack(self.conn, parent.message, blocks.text, blocks.blocks,
                                   f"{ev.workload.name}-{dx.cause}")
