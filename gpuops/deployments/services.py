@@ -210,6 +210,9 @@ def start_prefect_server(home: Path, *, port: int = 4200, timeout_s: float = 120
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_UI_ENABLED="true",
     )
+    # Events become readable when the persister flushes (every 5 s by default): restart
+    # diagnostics reads them back, so flush every second unless told otherwise.
+    env.setdefault("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL", "1")
     base = f"http://{LOCALHOST}:{port}"
     argv = [sys.executable, "-m", "prefect", "server", "start", "--host", LOCALHOST,
             "--port", str(port)]

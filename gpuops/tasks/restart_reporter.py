@@ -54,6 +54,7 @@ SLACK_POSTS = "gpuops-slack-posts"  # one limit per channel: SLACK_POSTS-<channe
 SLACK_UPDATES = "gpuops-slack-updates"
 THREAD_GONE = {"message_not_found", "thread_not_found", "channel_not_found", "is_archived"}
 WORKLOADS_AT_ONCE = 8  # workloads of one batch handled concurrently
+REPORTS_AT_ONCE = 4  # restart report artifacts written concurrently, in the background
 
 
 def _now() -> datetime:
@@ -153,6 +154,7 @@ class RestartReporter:
         self.counts: dict[str, int] = defaultdict(int)
         self.links = RestartLinks(flow_run_url=runtime_flow_run.ui_url)
         self._background: list[asyncio.Task] = []
+        self._report_gate = asyncio.Semaphore(REPORTS_AT_ONCE)
 
     async def finish(self) -> None:
         """Bring every edited thread's parent up to date and wait for the restart reports."""
@@ -249,10 +251,14 @@ class RestartReporter:
             await save_timeline(timeline)
         # The per-restart reports are history, not state: written in the background so the
         # next batch's Slack messages do not wait for them (`finish` waits).
-        self._background.extend(asyncio.create_task(acreate_markdown_artifact(
-            markdown=restart_markdown(evidence, diagnosis, self.links),
-            description=f"Restart {evidence.identity}: {diagnosis.title}"))
-            for evidence, diagnosis in plan.handled)
+        self._background.extend(asyncio.create_task(self._write_report(evidence, diagnosis))
+                                for evidence, diagnosis in plan.handled)
+
+    async def _write_report(self, evidence: RestartEvidence, diagnosis: Diagnosis) -> None:
+        async with self._report_gate:  # a few at a time: they must not crowd out Slack's
+            await acreate_markdown_artifact(
+                markdown=restart_markdown(evidence, diagnosis, self.links),
+                description=f"Restart {evidence.identity}: {diagnosis.title}")
 
     async def _post(self, timeline: Timeline, group: _Group) -> None:
         """One message for a (workload, cause) group: a reply in its thread, or a new parent.
