@@ -120,7 +120,12 @@ class _Parent:
     timeline: Timeline
     latest: Restart
     edited_at: float = float("-inf")  # time.monotonic() of our last edit in this run
-    stale: bool = False
+    replies: int = 0  # replies posted under it in this run
+    edited_replies: int = 0  # replies its last edit counted
+
+    @property
+    def stale(self) -> bool:
+        return self.replies != self.edited_replies
 
 
 @dataclass
@@ -154,10 +159,13 @@ class RestartReporter:
         self.counts: dict[str, int] = defaultdict(int)
         self.links = RestartLinks(flow_run_url=runtime_flow_run.ui_url)
         self._background: list[asyncio.Task] = []
+        self._edits: asyncio.Task | None = None
         self._report_gate = asyncio.Semaphore(REPORTS_AT_ONCE)
 
     async def finish(self) -> None:
         """Bring every edited thread's parent up to date and wait for the restart reports."""
+        if self._edits is not None:
+            await self._edits
         await self.update_parents(final=True)
         results = await asyncio.gather(*self._background, return_exceptions=True)
         self._background.clear()
@@ -192,7 +200,11 @@ class RestartReporter:
             await self.limits.post(channel, messages)
         results = await asyncio.gather(*(bounded(self._report(plan)) for plan in plans),
                                        return_exceptions=True)
-        await self.update_parents(final=False)
+        # Parent edits run beside the next batches (one round at a time), not before them.
+        if self._edits is None or self._edits.done():
+            if self._edits is not None:
+                self._edits.result()  # a failed round fails the run
+            self._edits = asyncio.create_task(self.update_parents(final=False))
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
@@ -285,7 +297,8 @@ class RestartReporter:
             else:
                 parent = self.parents.setdefault(
                     message.ts, _Parent(message, timeline, restarts[-1]))
-                parent.latest, parent.stale = restarts[-1], True
+                parent.latest = restarts[-1]
+                parent.replies += 1
         if message is None:
             channel = route_channel(latest_ev, self.policy)
             new = parent_blocks(restarts, links=self.links, total_restarts=len(restarts))
@@ -309,6 +322,7 @@ class RestartReporter:
     async def _edit_parent(self, parent: _Parent) -> None:
         since = _now() - timedelta(minutes=self.policy.summary_window_minutes)
         ev, dx = parent.latest
+        replies = parent.replies  # a reply posted while this edit is on its way needs another
         blocks = parent_blocks([parent.latest], links=self.links,
                                total_restarts=parent.timeline.count_since(dx.cause, since),
                                first_seen=_first_seen(parent.timeline, dx.cause, since))
@@ -320,7 +334,7 @@ class RestartReporter:
                 raise
             self.log.warning("parent %s is gone (%s); not edited", parent.message.ts,
                              e.response.get("error"))
-        parent.stale, parent.edited_at = False, time.monotonic()
+        parent.edited_replies, parent.edited_at = replies, time.monotonic()
 
     async def check_recoveries(self, timelines: list[Timeline]) -> None:
         """Reply "recovered" in open threads whose workload has been Ready long enough."""
