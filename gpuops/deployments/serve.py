@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 from prefect import serve
@@ -49,5 +50,10 @@ def deployments() -> list:
     ]
 
 
+RUNNER_POLL_SECONDS = 2.0  # Prefect's default, 10 s, would add up to 10 s to every restart
+
+
 def serve_all() -> None:
-    serve(*deployments(), print_starting_message=True)
+    """Serve until interrupted; PREFECT_RUNNER_POLL_FREQUENCY, when set, wins."""
+    poll = float(os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY") or RUNNER_POLL_SECONDS)
+    serve(*deployments(), print_starting_message=True, query_seconds=poll)

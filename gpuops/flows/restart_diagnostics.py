@@ -90,10 +90,12 @@ async def supersede_queued_runs(deployment_id: UUID, me: UUID, cutoff: datetime,
 @flow(name="restart-diagnostics", log_prints=True)
 async def restart_diagnostics(event_id: str | None = None, cluster_block: str = "",
                               slack_block: str = "", policy_block: str = "",
-                              quiet_seconds: float = 3.0, trigger_window_seconds: float = 0.0,
+                              quiet_seconds: float = 20.0, trigger_window_seconds: float = 0.0,
                               max_run_seconds: float = 600.0,
                               lookback_minutes: int = 60) -> dict:
-    """Handle every restart event not yet handled; stay while more keep arriving."""
+    """Handle every restart event not yet handled; stay while more keep arriving (until
+    `quiet_seconds` pass without one: a storm's lulls between crash-loop back-offs must not
+    end the run, since a new run takes seconds to start)."""
     log = get_run_logger()
     if event_id:
         log.info("triggered by event %s; handling every restart not yet handled", event_id)
