@@ -1,8 +1,9 @@
 """`gpuops bench restart-storm`: a restart storm through the real watcher, trigger, flow and Slack.
 
 What runs (all local, all real code paths):
-- a Prefect server of its own (temporary PREFECT_HOME, free port) unless `prefect_api_url` is
-  given (the smoke test reuses the test session's server);
+- a Prefect server of its own (temporary PREFECT_HOME, free port; SQLite, or PostgreSQL and
+  Redis with `prefect_database_url` / `prefect_redis`) unless `prefect_api_url` is given (the
+  smoke test reuses the test session's server);
 - simcluster (`SimClusterThread`, empty scenario, `speed`x virtual time) with GPU nodes created
   through the official client: general nodes, nodes of their own for the hardware-Xid pods (a
   hardware Xid marks the node) and for the evicted pods (eviction leaves node events);
@@ -281,12 +282,25 @@ def _wait(predicate: Any, timeout: float, interval: float = 0.5) -> bool:
     return False
 
 
-def _start_prefect(home: Path) -> services.Service:
+def _start_prefect(home: Path, database_url: str | None, redis: str | None
+                   ) -> services.Service:
+    """The bench's own Prefect server: SQLite, or Prefect's production setup (PostgreSQL
+    at `database_url`, Redis messaging at `redis`, "host:port")."""
     port = services.free_port()
     os.environ["PREFECT_API_URL"] = f"http://127.0.0.1:{port}/api"
     os.environ["PREFECT_HOME"] = str(home / "client")
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    return services.start_prefect_server(home, port=port, timeout_s=180)
+    settings = {}
+    if database_url:
+        settings["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = database_url
+    if redis:
+        host, _, redis_port = redis.partition(":")
+        settings.update(PREFECT_MESSAGING_BROKER="prefect_redis.messaging",
+                        PREFECT_MESSAGING_CACHE="prefect_redis.messaging",
+                        PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE="prefect_redis.lease_storage",
+                        PREFECT_REDIS_MESSAGING_HOST=host,
+                        PREFECT_REDIS_MESSAGING_PORT=redis_port or "6379")
+    return services.start_prefect_server(home, port=port, timeout_s=180, settings=settings)
 
 
 class RestartStorm:
@@ -666,7 +680,9 @@ def _pct(part: int, whole: int) -> float | None:
 
 def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
         channels: int = 6, prefect_api_url: str | None = None, drain_timeout_s: float = 1800.0,
-        settle_timeout_s: float = 90.0, keep_logs: bool = False) -> dict[str, Any]:
+        settle_timeout_s: float = 90.0, keep_logs: bool = False,
+        prefect_database_url: str | None = None, prefect_redis: str | None = None
+        ) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-restart-storm-"))
     bench = RestartStorm(tmp, workloads, duration_s, speed, channels)
     try:
@@ -674,7 +690,8 @@ def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
             if "prefect" in sys.modules:
                 raise RuntimeError("prefect was imported before the bench could point it at "
                                    "its own server; pass prefect_api_url")
-            bench.stops.append(_start_prefect(tmp).stop)  # before anything imports prefect
+            # Before anything imports prefect.
+            bench.stops.append(_start_prefect(tmp, prefect_database_url, prefect_redis).stop)
         else:
             os.environ["PREFECT_API_URL"] = prefect_api_url
         bench.setup()
@@ -699,9 +716,15 @@ def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
 
 def main(json_output: bool = True, workloads: int = 30, duration_s: float = 120.0,
          speed: float = 10.0, channels: int = 6, prefect_api_url: str | None = None,
-         drain_timeout_s: float = 1800.0, keep_logs: bool = False) -> dict[str, Any]:
+         drain_timeout_s: float = 1800.0, keep_logs: bool = False,
+         prefect_database_url: str | None = None, prefect_redis: str | None = None
+         ) -> dict[str, Any]:
+    """`--prefect-database-url postgresql+asyncpg://…/DB --prefect-redis 127.0.0.1:6379`
+    runs the bench's Prefect server in Prefect's production setup (the database must exist
+    and be empty)."""
     result = run(int(workloads), float(duration_s), float(speed), int(channels),
-                 prefect_api_url, float(drain_timeout_s), keep_logs=bool(keep_logs))
+                 prefect_api_url, float(drain_timeout_s), keep_logs=bool(keep_logs),
+                 prefect_database_url=prefect_database_url, prefect_redis=prefect_redis)
     if not json_output:
         for key, value in result.items():
             print(f"{key:>40}: {value}")

@@ -195,8 +195,11 @@ def _start(
     return Service(name, url, process, log_path)
 
 
-def start_prefect_server(home: Path, *, port: int = 4200, timeout_s: float = 120.0) -> Service:
-    """`prefect server start` on SQLite in `<home>/prefect`; `Service.url` is the API URL."""
+def start_prefect_server(home: Path, *, port: int = 4200, timeout_s: float = 120.0,
+                         settings: dict[str, str] | None = None) -> Service:
+    """`prefect server start` on SQLite in `<home>/prefect`, unless `settings` (Prefect
+    server settings, e.g. a PostgreSQL connection URL) say otherwise; `Service.url` is the
+    API URL."""
     ensure_port_free(port, what="Prefect server", option="--prefect-port")
     env = dict(os.environ)
     for inherited in (
@@ -213,6 +216,7 @@ def start_prefect_server(home: Path, *, port: int = 4200, timeout_s: float = 120
     # Events become readable when the persister flushes (every 5 s by default): restart
     # diagnostics reads them back, so flush every second unless told otherwise.
     env.setdefault("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL", "1")
+    env.update(settings or {})
     base = f"http://{LOCALHOST}:{port}"
     argv = [sys.executable, "-m", "prefect", "server", "start", "--host", LOCALHOST,
             "--port", str(port)]
