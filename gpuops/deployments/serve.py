@@ -14,6 +14,9 @@ from gpuops.flows.drain_node import drain_node
 from gpuops.flows.restart_diagnostics import restart_diagnostics
 
 TRIGGER_WINDOW = timedelta(seconds=10)
+STANDBY_INTERVAL = timedelta(minutes=5)
+# A standing run ends this much before the next one is due, so that one is not queued.
+STANDBY_HANDOVER = timedelta(seconds=30)
 
 
 def deployments() -> list:
@@ -22,15 +25,18 @@ def deployments() -> list:
         # reactive trigger fires, Prefect ignores matching events for the rest of its
         # window). A run covers its window and drains every restart event, so a storm is
         # one run plus a few queued ones, which it cancels when it has drained what they were
-        # for (see the flow's docstring). The interval run posts "recovered" replies.
+        # for (see the flow's docstring). The schedule's runs stand by for most of their
+        # interval, so restarts rarely wait for a run to start; they also post "recovered".
         restart_diagnostics.to_deployment(
             name="on-restart",
             triggers=[DeploymentEventTrigger(
                 name="a pod restarted", expect={"gpuops.pod.restarted"},
                 match={"prefect.resource.id": "k8s.*"}, within=TRIGGER_WINDOW,
                 parameters={"event_id": "{{ event.id | string }}",
-                            "trigger_window_seconds": TRIGGER_WINDOW.total_seconds()})],
-            interval=300,
+                            "trigger_window_seconds": TRIGGER_WINDOW.total_seconds(),
+                            "stay_seconds": 0})],
+            interval=STANDBY_INTERVAL.total_seconds(),
+            parameters={"stay_seconds": (STANDBY_INTERVAL - STANDBY_HANDOVER).total_seconds()},
             concurrency_limit=ConcurrencyLimitConfig(
                 limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
             tags=["gpuops", "restarts"],

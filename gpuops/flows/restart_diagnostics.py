@@ -12,6 +12,10 @@ Events the trigger ignored inside its window are the responsibility of the run t
 fired: a triggered run stays until its window, plus the event persister's delay, is over.
 When the active run stops, queued triggered runs whose windows ended before its last read
 have nothing left to do: it cancels them ("superseded") instead of letting each start.
+
+The schedule's runs stand by: each stays up for most of its interval (`stay_seconds`), so
+a restart is usually handled by a run that is already up, within seconds, instead of
+waiting for a new run's process to start; the trigger covers the gaps between them.
 """
 
 from __future__ import annotations
@@ -91,11 +95,11 @@ async def supersede_queued_runs(deployment_id: UUID, me: UUID, cutoff: datetime,
 async def restart_diagnostics(event_id: str | None = None, cluster_block: str = "",
                               slack_block: str = "", policy_block: str = "",
                               quiet_seconds: float = 20.0, trigger_window_seconds: float = 0.0,
-                              max_run_seconds: float = 600.0,
+                              stay_seconds: float = 0.0, max_run_seconds: float = 600.0,
                               lookback_minutes: int = 60) -> dict:
     """Handle every restart event not yet handled; stay while more keep arriving (until
     `quiet_seconds` pass without one: a storm's lulls between crash-loop back-offs must not
-    end the run, since a new run takes seconds to start)."""
+    end the run, since a new run takes seconds to start), and at least `stay_seconds`."""
     log = get_run_logger()
     if event_id:
         log.info("triggered by event %s; handling every restart not yet handled", event_id)
@@ -110,7 +114,8 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     window = timedelta(seconds=trigger_window_seconds)
     context = FlowRunContext.get()
     created = context.flow_run.created if event_id and context and context.flow_run else None
-    stay_until = started if created is None else created + window + PERSIST_DELAY
+    stay_until = max(started + timedelta(seconds=stay_seconds),
+                     started if created is None else created + window + PERSIST_DELAY)
     cursor = await _cursor(kube.cluster_name, started - timedelta(minutes=lookback_minutes))
     seen: set[str] = set()
     quiet_since = last_full_scan = read_until = _now()
