@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from prefect import serve
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.events import DeploymentEventTrigger
+from prefect.schedules import Interval
 
 from gpuops.flows.capacity_prewarm import capacity_prewarm
 from gpuops.flows.drain_node import drain_node
@@ -17,6 +18,14 @@ TRIGGER_WINDOW = timedelta(seconds=10)
 STANDBY_INTERVAL = timedelta(minutes=5)
 # A standing run ends this much before the next one is due, so that one is not queued.
 STANDBY_HANDOVER = timedelta(seconds=30)
+
+
+def standby_schedule() -> Interval:
+    """The restart schedule's standing runs, anchored just ahead of now so the first one
+    starts within seconds of serving, not an interval later."""
+    return Interval(STANDBY_INTERVAL, anchor_date=datetime.now(UTC) + timedelta(seconds=10),
+                    parameters={"stay_seconds": (STANDBY_INTERVAL
+                                                 - STANDBY_HANDOVER).total_seconds()})
 
 
 def deployments() -> list:
@@ -33,10 +42,8 @@ def deployments() -> list:
                 name="a pod restarted", expect={"gpuops.pod.restarted"},
                 match={"prefect.resource.id": "k8s.*"}, within=TRIGGER_WINDOW,
                 parameters={"event_id": "{{ event.id | string }}",
-                            "trigger_window_seconds": TRIGGER_WINDOW.total_seconds(),
-                            "stay_seconds": 0})],
-            interval=STANDBY_INTERVAL.total_seconds(),
-            parameters={"stay_seconds": (STANDBY_INTERVAL - STANDBY_HANDOVER).total_seconds()},
+                            "trigger_window_seconds": TRIGGER_WINDOW.total_seconds()})],
+            schedule=standby_schedule(),
             concurrency_limit=ConcurrencyLimitConfig(
                 limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
             tags=["gpuops", "restarts"],
