@@ -348,3 +348,21 @@ def test_queued_triggered_runs_are_superseded_but_scheduled_ones_are_kept(prefec
     assert result["queued"] == "CANCELLED:superseded: handled by the active run"
     for kept in ("me", "scheduled", "newer"):
         assert result[kept].startswith("SCHEDULED"), result
+
+
+def test_a_standing_run_stays_up_and_the_schedule_starts_one_at_once(prefect_server, sim,
+                                                                      slack_fake):
+    """The schedule's runs stand by (`stay_seconds`) so restarts need not wait for a new
+    run's process; the schedule is anchored just ahead of serving, not an interval later."""
+    import time
+
+    from gpuops.deployments.serve import STANDBY_HANDOVER, STANDBY_INTERVAL, standby_schedule
+
+    blocks = save_blocks(sim, slack_fake, unique_cluster())
+    started = time.monotonic()
+    asyncio.run(restart_diagnostics(**blocks, quiet_seconds=0.5, stay_seconds=4))
+    assert time.monotonic() - started >= 4
+    schedule = standby_schedule()
+    assert schedule.parameters == {
+        "stay_seconds": (STANDBY_INTERVAL - STANDBY_HANDOVER).total_seconds()}
+    assert 0 < (schedule.anchor_date - datetime.now(UTC)).total_seconds() <= 10
