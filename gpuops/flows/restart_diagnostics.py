@@ -118,15 +118,16 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
                      started if created is None else created + window + PERSIST_DELAY)
     cursor = await _cursor(kube.cluster_name, started - timedelta(minutes=lookback_minutes))
     seen: set[str] = set()
-    quiet_since = last_full_scan = read_until = _now()
-    overlap = OVERLAP
+    quiet_since = read_until = _now()
+    last_full_scan: datetime | None = None
     while (_now() - started).total_seconds() < max_run_seconds:
         read_until = _now()
-        events = [e for e in await read_restart_events(kube.cluster_name, cursor - overlap,
-                                                       read_until) if str(e.id) not in seen]
-        if overlap == OVERLAP:
+        full = last_full_scan is None or read_until - last_full_scan >= FULL_SCAN_EVERY
+        if full:
             last_full_scan = read_until
-        overlap = OVERLAP if _now() - last_full_scan >= FULL_SCAN_EVERY else RECENT_OVERLAP
+        since = cursor - (OVERLAP if full else RECENT_OVERLAP)
+        events = [e for e in await read_restart_events(kube.cluster_name, since, read_until)
+                  if str(e.id) not in seen]
         if events:
             batch_started = time.monotonic()
             await reporter.handle_batch([(e.payload, str(e.id)) for e in events])

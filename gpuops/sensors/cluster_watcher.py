@@ -225,11 +225,14 @@ class ClusterWatcher:
                 self._unqueue(item.restart)
             return False
         sent = _now()
+        done: dict[str, int] = {}
+        for item in batch:
+            done[item.restart.key] = max(done.get(item.restart.key, 0), _done(item.restart))
+        with self._lock:  # one write of the state file per batch
+            self.reported.mark_all(done)
         for item in batch:
             self.stats.emitted += 1
             self.stats.detect_latencies_s.append((sent - item.observed).total_seconds())
-            with self._lock:
-                self.reported.mark(item.restart.key, _done(item.restart))
             self._unqueue(item.restart)
         return True
 

@@ -128,10 +128,12 @@ class ReportedStore:
         with self._lock:
             return self._counts.get(key, 0)
 
-    def mark(self, key: str, count: int) -> None:
+    def mark_all(self, counts: dict[str, int]) -> None:
+        """Record reported restarts (key -> restartCount) with one write of the file."""
         with self._lock:
-            if count > self._counts.get(key, 0):
-                self._counts[key] = count
+            raised = {k: n for k, n in counts.items() if n > self._counts.get(k, 0)}
+            if raised:
+                self._counts.update(raised)
                 self._save()
 
     def pod_uids(self) -> set[str]:
