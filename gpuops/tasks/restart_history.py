@@ -80,11 +80,14 @@ class Timeline:
         del self.rows[:-MAX_ROWS]
 
 
+def slug(text: str) -> str:
+    """Lowercase letters, digits and dashes: what artifact keys and limit names allow."""
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+
+
 def timeline_key(workload_key: str) -> str:
-    """Artifact keys allow lowercase letters, digits and dashes."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", workload_key.lower()).strip("-")[:80]
     digest = hashlib.sha1(workload_key.encode()).hexdigest()[:8]
-    return f"restarts-{slug}-{digest}"
+    return f"restarts-{slug(workload_key)[:80]}-{digest}"
 
 
 _DESCRIPTION = "Restart timeline of "

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -38,7 +37,13 @@ from gpuops.tasks.diagnose import Diagnosis, diagnose
 from gpuops.tasks.evidence import RestartEvidence, Workload
 from gpuops.tasks.kube import Kube
 from gpuops.tasks.restart_filters import route_channel, skip_reason
-from gpuops.tasks.restart_history import Timeline, TimelineRow, load_timeline, save_timeline
+from gpuops.tasks.restart_history import (
+    Timeline,
+    TimelineRow,
+    load_timeline,
+    save_timeline,
+    slug,
+)
 from gpuops.tasks.restart_recovery import workload_ready_since
 from gpuops.tasks.restart_report import (
     Restart,
@@ -82,8 +87,7 @@ class SlackLimits:
             slots -= per_minute
 
     async def post(self, channel: str, messages: int = 1) -> None:
-        slug = re.sub(r"[^a-z0-9-]+", "-", channel.lower()).strip("-")
-        await self._take(f"{SLACK_POSTS}-{slug}", self.policy.slack_posts_per_minute_per_channel,
+        await self._take(f"{SLACK_POSTS}-{slug(channel)}", self.policy.slack_posts_per_minute_per_channel,
                          messages)
 
     async def update(self, edits: int = 1) -> None:
