@@ -7,7 +7,8 @@ listing the batch's restarts. Parents are edited with the running count at most 
 concurrently; every Slack call is a Prefect task (retried, visible in the UI) held to gpuops'
 own rate limits, Prefect global concurrency limits created on demand: new messages per
 channel (Slack allows about one a second per channel) and parent edits overall (Tier 3).
-The state lives in the timeline artifacts (restart_history.py), saved right after each post.
+The state lives in the timeline artifacts (restart_history.py), saved in the background
+right after each post.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from slack_sdk.errors import SlackApiError
 
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.restart_policy import RestartPolicy
+from gpuops.common.latest import LatestSaver
 from gpuops.tasks import slack
 from gpuops.tasks.diagnose import Diagnosis, diagnose
 from gpuops.tasks.evidence import RestartEvidence, Workload
@@ -71,27 +73,41 @@ class SlackLimits:
 
     def __init__(self, policy: RestartPolicy) -> None:
         self.policy = policy
-        self._ready: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._ready = asyncio.Lock()
         self._known: set[str] = set()
 
-    async def _take(self, name: str, per_minute: int, slots: int) -> None:
-        async with self._ready[name]:  # workloads handled at once share a channel's limit
-            if name not in self._known:
-                async with get_client() as client:
+    async def _ensure(self, names: Sequence[str], per_minute: int) -> None:
+        async with self._ready:  # workloads handled at once share the limits
+            missing = [n for n in names if n not in self._known]
+            if not missing:
+                return
+            async with get_client() as client:
+                for name in missing:
                     with contextlib.suppress(ObjectAlreadyExists):  # another run made it
                         await client.upsert_global_concurrency_limit_by_name(
                             name, per_minute, slot_decay_per_second=per_minute / 60)
-                self._known.add(name)
-        while slots > 0:  # Prefect refuses more slots at once than the limit
-            await rate_limit(name, occupy=min(slots, per_minute), strict=True)
-            slots -= per_minute
+            self._known.update(missing)
 
-    async def post(self, channel: str, messages: int = 1) -> None:
-        await self._take(f"{SLACK_POSTS}-{slug(channel)}", self.policy.slack_posts_per_minute_per_channel,
-                         messages)
+    async def _take(self, slots: dict[str, int], per_minute: int) -> None:
+        """Occupy `slots[name]` slots of each limit. Limits that need the same number go in
+        one request: one write on the Prefect server instead of one per channel, and on
+        SQLite every write waits for the others (seconds, in a storm)."""
+        await self._ensure(sorted(slots), per_minute)
+        by_count: dict[int, list[str]] = defaultdict(list)
+        for name, count in slots.items():
+            by_count[count].append(name)
+        for count, names in sorted(by_count.items()):
+            while count > 0:  # Prefect refuses more slots at once than the limit
+                await rate_limit(sorted(names), occupy=min(count, per_minute), strict=True)
+                count -= per_minute
+
+    async def post(self, messages: dict[str, int]) -> None:
+        """Take the slots for `messages[channel]` new messages in each channel."""
+        await self._take({f"{SLACK_POSTS}-{slug(c)}": n for c, n in messages.items() if n > 0},
+                         self.policy.slack_posts_per_minute_per_channel)
 
     async def update(self, edits: int = 1) -> None:
-        await self._take(SLACK_UPDATES, self.policy.slack_updates_per_minute, edits)
+        await self._take({SLACK_UPDATES: edits}, self.policy.slack_updates_per_minute)
 
 
 def _worth_retrying(task, task_run, state) -> bool:
@@ -165,12 +181,15 @@ class RestartReporter:
         self._background: list[asyncio.Task] = []
         self._edits: asyncio.Task | None = None
         self._report_gate = asyncio.Semaphore(REPORTS_AT_ONCE)
+        self._saves = LatestSaver(save_timeline)  # workload key -> its timeline
 
     async def finish(self) -> None:
-        """Bring every edited thread's parent up to date and wait for the restart reports."""
+        """Bring every edited thread's parent up to date, wait for the timelines to be saved
+        (raising if one was not) and for the restart reports."""
         if self._edits is not None:
             await self._edits
         await self.update_parents(final=True)
+        await self._saves.flush()
         results = await asyncio.gather(*self._background, return_exceptions=True)
         self._background.clear()
         for error in (r for r in results if isinstance(r, BaseException)):
@@ -196,12 +215,8 @@ class RestartReporter:
                 return await work
         plans = await asyncio.gather(*(bounded(self._plan(key, found))
                                        for key, found in by_workload.items()))
-        # One reservation per channel for the batch, one after the other: each is a write on
-        # the Prefect server, and concurrent ones contend for SQLite's lock (~2 s each,
-        # measured), while in a row they take a few tens of milliseconds.
-        per_channel = Counter(group.channel for plan in plans for group in plan.groups)
-        for channel, messages in sorted(per_channel.items()):
-            await self.limits.post(channel, messages)
+        # The batch's Slack slots, taken before any of its messages.
+        await self.limits.post(Counter(group.channel for plan in plans for group in plan.groups))
         results = await asyncio.gather(*(bounded(self._report(plan)) for plan in plans),
                                        return_exceptions=True)
         # Parent edits run beside the next batches (one round at a time), not before them.
@@ -262,10 +277,12 @@ class RestartReporter:
             for *_, row in group.items:
                 timeline.add(row)
             self.counts["posted"] += len(group.items)
-            # Record at once: a run that dies after posting must not post these again.
-            await save_timeline(timeline)
+            # Recorded at once, in the background: this run's next batches work from its own
+            # copy, and a write can wait seconds on a busy server. Only a run that dies in
+            # those seconds leaves these for the next run to post again.
+            self._saves.save(timeline.workload_key, timeline)
         if plan.skipped and not plan.groups:
-            await save_timeline(timeline)
+            self._saves.save(timeline.workload_key, timeline)
         # The per-restart reports are history, not state: written in the background so the
         # next batch's Slack messages do not wait for them (`finish` waits).
         self._background.extend(asyncio.create_task(self._write_report(evidence, diagnosis))
@@ -307,7 +324,7 @@ class RestartReporter:
             channel = route_channel(latest_ev, self.policy)
             new = parent_blocks(restarts, links=self.links, total_restarts=len(restarts))
             if thread is not None:  # a second message for this group: it needs its own slot
-                await self.limits.post(channel)
+                await self.limits.post({channel: 1})
             message = await post_to_slack(self.conn, channel, new.text, new.blocks, name)
             self.parents[message.ts] = _Parent(message, timeline, restarts[-1],
                                                edited_at=time.monotonic())
@@ -344,7 +361,9 @@ class RestartReporter:
         """Reply "recovered" in open threads whose workload has been Ready long enough."""
         now = _now()
         ready_for = timedelta(minutes=self.policy.recovered_after_minutes)
-        for timeline in timelines:
+        for loaded in timelines:
+            # This run's own copy when it has one: a later save must keep what it marks.
+            timeline = self.timelines.setdefault(loaded.workload_key, loaded)
             namespace, kind, name = timeline.workload
             for row in timeline.open_threads():
                 in_thread = [r for r in timeline.rows if r.thread_ts == row.thread_ts]
@@ -358,13 +377,14 @@ class RestartReporter:
                     workload=Workload(kind=kind, name=name, namespace=namespace),
                     ready_minutes=(now - max(since, last)).total_seconds() / 60,
                     restarts=len(in_thread), links=self.links)
-                await self.limits.post(row.channel)
+                await self.limits.post({row.channel: 1})
                 await post_to_slack(self.conn, row.channel, message.text, message.blocks,
                                     f"{name}-recovered", thread_ts=row.thread_ts)
                 for r in in_thread:
                     r.recovered_at = now.isoformat()
-                await save_timeline(timeline)
+                self._saves.save(timeline.workload_key, timeline)
                 self.counts["recovered"] += 1
+        await self._saves.flush()
 
 
 def _row(evidence: RestartEvidence, diagnosis: Diagnosis) -> TimelineRow:
