@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -315,38 +315,39 @@ def test_a_burst_of_restarts_is_one_message_per_workload_and_cause(prefect_serve
     assert "9×" in text_of(parent)
 
 
-def test_queued_triggered_runs_are_superseded_but_scheduled_ones_are_kept(prefect_server):
-    """When the active run has drained, the triggered runs queued behind it have nothing
-    left to do and are cancelled with a note; the schedule's runs and newer ones stay."""
+def test_the_active_run_takes_over_queued_triggered_runs_but_not_scheduled_ones(
+        prefect_server):
+    """Triggered runs queued behind the active one are cancelled with a note, and the active
+    run learns until when it must keep reading (their trigger windows plus the persister's
+    delay); a window that would end after the active run's deadline is left to its own run,
+    and the schedule's runs always are."""
     from prefect.states import Scheduled
 
-    from gpuops.flows.restart_diagnostics import supersede_queued_runs
+    from gpuops.flows.restart_diagnostics import PERSIST_DELAY, supersede_queued_runs
 
-    async def scenario() -> dict[str, str]:
+    async def scenario() -> dict[str, object]:
         async with get_client() as c:
             flow_id = await c.create_flow_from_name(f"supersede-{uuid.uuid4().hex[:6]}")
             deployment = await c.create_deployment(flow_id=flow_id, name="on-restart")
             runs = {}
-            for name, params in (("me", {"event_id": "e0"}), ("queued", {"event_id": "e1"}),
+            for name, params in (("me", {"event_id": "e0", "trigger_window_seconds": 10}),
+                                 ("queued", {"event_id": "e1", "trigger_window_seconds": 10}),
                                  ("scheduled", {})):
-                run = await c.create_flow_run_from_deployment(
+                runs[name] = await c.create_flow_run_from_deployment(
                     deployment, parameters=params, state=Scheduled())
-                runs[name] = run.id
-            await asyncio.sleep(0.1)
-            cutoff = datetime.now(UTC)
-            await asyncio.sleep(0.1)
-            newer = await c.create_flow_run_from_deployment(
-                deployment, parameters={"event_id": "e2"}, state=Scheduled())
-            runs["newer"] = newer.id
             note = "superseded: handled by the active run"
-            done = await supersede_queued_runs(deployment, runs["me"], cutoff, note)
-            states = {name: (await c.read_flow_run(i)).state for name, i in runs.items()}
-            return {"done": str(done), **{n: f"{s.type.value}:{s.message or ''}"
-                                           for n, s in states.items()}}
+            too_soon = await supersede_queued_runs(deployment, runs["me"].id,
+                                                   datetime.now(UTC), note)
+            taken = await supersede_queued_runs(
+                deployment, runs["me"].id, datetime.now(UTC) + timedelta(minutes=1), note)
+            states = {name: (await c.read_flow_run(r.id)).state for name, r in runs.items()}
+            return {"too_soon": too_soon, "taken": taken, "queued_created": runs["queued"].created,
+                    **{n: f"{s.type.value}:{s.message or ''}" for n, s in states.items()}}
     result = asyncio.run(scenario())
-    assert result["done"] == "1"
+    assert result["too_soon"] == []
+    assert result["taken"] == [result["queued_created"] + timedelta(seconds=10) + PERSIST_DELAY]
     assert result["queued"] == "CANCELLED:superseded: handled by the active run"
-    for kept in ("me", "scheduled", "newer"):
+    for kept in ("me", "scheduled"):
         assert result[kept].startswith("SCHEDULED"), result
 
 
@@ -363,6 +364,53 @@ def test_a_standing_run_stays_up_and_the_schedule_starts_one_at_once(prefect_ser
     asyncio.run(restart_diagnostics(**blocks, quiet_seconds=0.5, stay_seconds=4))
     assert time.monotonic() - started >= 4
     schedule = standby_schedule()
-    assert schedule.parameters == {
-        "stay_seconds": (STANDBY_INTERVAL - STANDBY_HANDOVER).total_seconds()}
+    stay = (STANDBY_INTERVAL - STANDBY_HANDOVER).total_seconds()
+    assert schedule.parameters["stay_seconds"] == stay
+    assert schedule.parameters["max_run_seconds"] > stay
     assert 0 < (schedule.anchor_date - datetime.now(UTC)).total_seconds() <= 10
+
+
+def test_a_standing_run_hands_over_when_its_successor_is_due():
+    """A standing run's stay counts from when it was due, not from when its process came
+    up, so it ends just before the next one is due; a triggered run stays for its window."""
+    from types import SimpleNamespace
+
+    from gpuops.flows.restart_diagnostics import PERSIST_DELAY, _stay_until
+
+    due = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+    run = SimpleNamespace(expected_start_time=due, created=due - timedelta(minutes=1))
+    came_up = due + timedelta(seconds=8)
+    assert _stay_until(run, came_up, 897, 0) == due + timedelta(seconds=897)
+    late = due + timedelta(hours=1)  # queued behind a long run: no stay left
+    assert _stay_until(run, late, 897, 0) == late
+    triggered = SimpleNamespace(expected_start_time=came_up, created=came_up)
+    assert _stay_until(triggered, came_up, 0, 10) == came_up + timedelta(seconds=10) \
+        + PERSIST_DELAY
+
+
+def test_restart_events_arrive_live_for_this_cluster_only(prefect_server):
+    """The standing run follows restart events as the server receives them (its events
+    websocket), not only once stored: another cluster's events are not its business."""
+    from gpuops.tasks.restart_events import LiveRestartEvents
+
+    mine, other = unique_cluster(), unique_cluster()
+
+    def restarted(cluster: str, pod: str) -> object:
+        return build_event(obj="pod", what="restarted", cluster=cluster, kind="Pod",
+                           namespace="default", name=pod, identity=f"{pod}-{uuid.uuid4()}",
+                           payload={"cluster": cluster, "pod": pod})
+
+    async def scenario() -> list[str]:
+        async with LiveRestartEvents(mine) as live:
+            await asyncio.sleep(1)  # subscribed
+            await asyncio.to_thread(EventSender().send, [restarted(other, "theirs"),
+                                                         restarted(mine, "ours")])
+            arrived: list = []
+            for _ in range(40):
+                await live.wait(0.5)
+                arrived += live.take()
+                if arrived:
+                    break
+            await asyncio.sleep(1)  # anything else that was coming
+            return [e.payload["pod"] for e in arrived + live.take()]
+    assert asyncio.run(scenario()) == ["ours"]

@@ -15,17 +15,22 @@ from gpuops.flows.drain_node import drain_node
 from gpuops.flows.restart_diagnostics import restart_diagnostics
 
 TRIGGER_WINDOW = timedelta(seconds=10)
-STANDBY_INTERVAL = timedelta(minutes=5)
-# A standing run ends this much before the next one is due, so that one is not queued.
-STANDBY_HANDOVER = timedelta(seconds=30)
+STANDBY_INTERVAL = timedelta(minutes=15)
+# A standing run ends this much before its successor is due, so the successor is not
+# refused the deployment's one slot (a refused run waits the server's
+# deployments.concurrency_slot_wait_seconds before it tries again).
+STANDBY_HANDOVER = timedelta(seconds=3)
+# A standing run held past its successor's due time by a storm still ends by then.
+STANDBY_OVERRUN = timedelta(minutes=5)
 
 
 def standby_schedule() -> Interval:
     """The restart schedule's standing runs, anchored just ahead of now so the first one
     starts within seconds of serving, not an interval later."""
+    stay = STANDBY_INTERVAL - STANDBY_HANDOVER
     return Interval(STANDBY_INTERVAL, anchor_date=datetime.now(UTC) + timedelta(seconds=10),
-                    parameters={"stay_seconds": (STANDBY_INTERVAL
-                                                 - STANDBY_HANDOVER).total_seconds()})
+                    parameters={"stay_seconds": stay.total_seconds(),
+                                "max_run_seconds": (stay + STANDBY_OVERRUN).total_seconds()})
 
 
 def deployments() -> list:
@@ -33,9 +38,9 @@ def deployments() -> list:
         # One run at a time; the trigger fires at most once per TRIGGER_WINDOW (once a
         # reactive trigger fires, Prefect ignores matching events for the rest of its
         # window). A run covers its window and drains every restart event, so a storm is
-        # one run plus a few queued ones, which it cancels when it has drained what they were
-        # for (see the flow's docstring). The schedule's runs stand by for most of their
-        # interval, so restarts rarely wait for a run to start; they also post "recovered".
+        # one run plus a few queued ones, which it cancels once it has drained what they
+        # were for (see the flow's docstring). The schedule's runs stand by, one after the
+        # other, so restarts rarely wait for a run to start; they also post "recovered".
         restart_diagnostics.to_deployment(
             name="on-restart",
             triggers=[DeploymentEventTrigger(

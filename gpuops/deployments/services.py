@@ -216,6 +216,9 @@ def start_prefect_server(home: Path, *, port: int = 4200, timeout_s: float = 120
     # Events become readable when the persister flushes (every 5 s by default): restart
     # diagnostics reads them back, so flush every second unless told otherwise.
     env.setdefault("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL", "1")
+    # A run refused its deployment's one slot tries again after this (30 s by default): the
+    # next standing restart-diagnostics run takes over a few seconds after the last one ends.
+    env.setdefault("PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS", "2")
     env.update(settings or {})
     base = f"http://{LOCALHOST}:{port}"
     argv = [sys.executable, "-m", "prefect", "server", "start", "--host", LOCALHOST,

@@ -1,7 +1,8 @@
 """Restart diagnostics: classify every reported restart and keep one Slack thread per
 (cluster, workload, cause).
 
-Triggered by `gpuops.pod.restarted` (and on a schedule, for recoveries and stragglers).
+Run by the deployment's schedule (standing runs, below) and triggered by
+`gpuops.pod.restarted` when no run is up.
 The deployment allows one run at a time (others queue) and its trigger fires at most once per
 `trigger_window_seconds`: the active run drains every restart event not yet handled (a
 Prefect Variable holds its cursor; each workload's timeline artifact holds the identities
@@ -10,20 +11,22 @@ state is never written by two runs at once.
 
 Events the trigger ignored inside its window are the responsibility of the run that window
 fired: a triggered run stays until its window, plus the event persister's delay, is over.
-When the active run stops, queued triggered runs whose windows ended before its last read
-have nothing left to do: it cancels them ("superseded") instead of letting each start.
+The active run takes over the triggered runs queued behind it: it cancels them
+("superseded") every few seconds and stays until their windows are over, so they never start.
 
-The schedule's runs stand by: each stays up for most of its interval (`stay_seconds`), so
-a restart is usually handled by a run that is already up, within seconds, instead of
-waiting for a new run's process to start; the trigger covers the gaps between them.
+The schedule's runs stand by: each stays up until its successor is due (`stay_seconds`,
+counted from when it was due), so a restart is handled by a run that is already up, within
+seconds, instead of waiting for a new run's process to start (seconds more); the trigger
+covers the few seconds of each handover and any run that died. A standing run also posts
+"recovered" replies in the lulls.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from prefect import flow, get_run_logger
@@ -35,26 +38,32 @@ from prefect.client.schemas.filters import (
     FlowRunFilterState,
     FlowRunFilterStateType,
 )
-from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.context import FlowRunContext
 from prefect.states import Cancelled
 from prefect.variables import Variable
 
 from gpuops.blocks.connections import KubernetesCluster, SlackConnection, load_block
 from gpuops.blocks.restart_policy import RestartPolicy
-from gpuops.tasks.restart_events import read_restart_events
+from gpuops.common.latest import LatestSaver
+from gpuops.tasks.restart_events import LiveRestartEvents, read_restart_events
 from gpuops.tasks.restart_history import load_all_timelines
 from gpuops.tasks.restart_reporter import RestartReporter
 from gpuops.tasks.restart_rules import default_rules, load_rules
 
 CURSOR_VARIABLE = "gpuops-restarts-cursor"
-# Events can reach the server after later ones (delivery retries, the event persister's
-# batches): the first read of a run, and one every FULL_SCAN_EVERY, looks back OVERLAP behind
-# the cursor; reads in between look back RECENT_OVERLAP. Identities dedupe what is read twice.
+# Events arrive live (the server's events websocket) and are read back once stored, every
+# STORED_READ_EVERY, for what the live stream missed. Events can be stored after later ones
+# (delivery retries, the event persister's batches): the first read of a run, and one every
+# FULL_SCAN_EVERY, looks back OVERLAP behind the cursor; reads in between look back
+# RECENT_OVERLAP. Event ids and restart identities dedupe what is seen twice.
+STORED_READ_EVERY = timedelta(seconds=2)
 OVERLAP = timedelta(minutes=2)
 RECENT_OVERLAP = timedelta(seconds=15)
 FULL_SCAN_EVERY = timedelta(seconds=30)
 PERSIST_DELAY = timedelta(seconds=10)  # event received -> readable (persister flushes every 5 s)
+RECOVERY_CHECK_EVERY = timedelta(minutes=1)  # in a long run's lulls
+SUPERSEDE_EVERY = timedelta(seconds=5)
 
 
 def _now() -> datetime:
@@ -66,29 +75,63 @@ def _cursor_name(cluster: str) -> str:
     return f"{CURSOR_VARIABLE}-{re.sub(r'[^a-z0-9_-]+', '-', cluster.lower())}"[:255]
 
 
-async def _cursor(cluster: str, default: datetime) -> datetime:
-    value = await Variable.aget(_cursor_name(cluster), default=None)
+async def _cursor(name: str, default: datetime) -> datetime:
+    value = await Variable.aget(name, default=None)
     return datetime.fromisoformat(value) if value else default
 
 
-async def supersede_queued_runs(deployment_id: UUID, me: UUID, cutoff: datetime,
-                                 note: str) -> int:
-    """Cancel the deployment's queued triggered runs created before `cutoff`: the run ending
-    now (`me`) has read everything their trigger windows were for. Runs of the schedule
-    (no `event_id`) and runs already under way are left alone."""
-    cancelled = 0
+async def _save_cursor(name_and_value: tuple[str, str]) -> None:
+    await Variable.aset(*name_and_value, overwrite=True)
+
+
+def _stay_until(me: FlowRun | None, started: datetime, stay_seconds: float,
+                trigger_window_seconds: float) -> datetime:
+    """A standing run (`stay_seconds`) stays until its slot on the schedule ends, counted
+    from when it was due, not from when its process came up, so that it hands over to the
+    next one on time. A triggered run stays until its trigger window, plus the event
+    persister's delay, is over: events the trigger ignored in that window are its to handle."""
+    until = started
+    if stay_seconds:
+        due = me.expected_start_time if me and me.expected_start_time else started
+        until = max(until, due + timedelta(seconds=stay_seconds))
+    if trigger_window_seconds and me is not None and me.created is not None:
+        until = max(until, me.created + timedelta(seconds=trigger_window_seconds)
+                    + PERSIST_DELAY)
+    return until
+
+
+async def _supersede(me: FlowRun | None, deadline: datetime, log: Any) -> datetime | None:
+    if me is None or me.deployment_id is None:
+        return None
+    taken = await supersede_queued_runs(
+        me.deployment_id, me.id, deadline,
+        f"superseded: flow run {me.name} took over the restarts this run was for")
+    if taken:
+        log.info("took over %d queued run(s)", len(taken))
+    return max(taken, default=None)
+
+
+async def supersede_queued_runs(deployment_id: UUID, me: UUID, deadline: datetime,
+                                 note: str) -> list[datetime]:
+    """Cancel the deployment's queued triggered runs whose trigger window (plus the event
+    persister's delay) ends by `deadline`: the run calling this (`me`) takes over what they
+    were for and must keep reading until the window ends it returns, one per run cancelled.
+    Runs of the schedule (no `event_id`) and runs already under way are left alone."""
+    taken: list[datetime] = []
     async with get_client() as client:
         queued = await client.read_flow_runs(
             deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
             flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
                 type=FlowRunFilterStateType(any_=[StateType.SCHEDULED]))), limit=200)
         for run in queued:
-            if run.id == me or not run.parameters.get("event_id") or (
-                    run.created is None or run.created >= cutoff):
+            if run.id == me or not run.parameters.get("event_id") or run.created is None:
+                continue
+            window = timedelta(seconds=float(run.parameters.get("trigger_window_seconds") or 0))
+            if run.created + window + PERSIST_DELAY > deadline:
                 continue
             await client.set_flow_run_state(run.id, Cancelled(message=note), force=True)
-            cancelled += 1
-    return cancelled
+            taken.append(run.created + window + PERSIST_DELAY)
+    return taken
 
 
 @flow(name="restart-diagnostics", log_prints=True)
@@ -111,44 +154,59 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     kube = (await load_block(KubernetesCluster, cluster_block)).kube()
     reporter = RestartReporter(policy, rules, conn, kube)
     started = _now()
-    window = timedelta(seconds=trigger_window_seconds)
     context = FlowRunContext.get()
-    created = context.flow_run.created if event_id and context and context.flow_run else None
-    stay_until = max(started + timedelta(seconds=stay_seconds),
-                     started if created is None else created + window + PERSIST_DELAY)
-    cursor = await _cursor(kube.cluster_name, started - timedelta(minutes=lookback_minutes))
-    seen: set[str] = set()
-    quiet_since = read_until = _now()
-    last_full_scan: datetime | None = None
-    while (_now() - started).total_seconds() < max_run_seconds:
-        read_until = _now()
-        full = last_full_scan is None or read_until - last_full_scan >= FULL_SCAN_EVERY
-        if full:
-            last_full_scan = read_until
-        since = cursor - (OVERLAP if full else RECENT_OVERLAP)
-        events = [e for e in await read_restart_events(kube.cluster_name, since, read_until)
-                  if str(e.id) not in seen]
-        if events:
-            batch_started = time.monotonic()
-            await reporter.handle_batch([(e.payload, str(e.id)) for e in events])
-            log.info("handled %d restart event(s) in %.1f s", len(events),
-                     time.monotonic() - batch_started)
-            seen.update(str(e.id) for e in events)
-            cursor = max(cursor, max(e.occurred for e in events))
-            await Variable.aset(_cursor_name(kube.cluster_name), cursor.isoformat(),
-                                overwrite=True)
-            quiet_since = _now()
-        elif (_now() - quiet_since).total_seconds() >= quiet_seconds and _now() >= stay_until:
-            break
-        await asyncio.sleep(0.5)
-    await reporter.finish()
-    await reporter.check_recoveries(await load_all_timelines())
     me = context.flow_run if context else None
-    if window and me is not None and me.deployment_id is not None:
-        superseded = await supersede_queued_runs(
-            me.deployment_id, me.id, read_until - window - PERSIST_DELAY,
-            f"superseded: flow run {me.name} handled the restarts this run was for")
-        if superseded:
-            log.info("cancelled %d queued run(s) whose restarts this run handled", superseded)
+    stay_until = _stay_until(me, started, stay_seconds, trigger_window_seconds)
+    cursor_name = _cursor_name(kube.cluster_name)
+    cursor = await _cursor(cursor_name, started - timedelta(minutes=lookback_minutes))
+    # Saved in the background: a lost save only makes the next run re-read (and dedupe).
+    cursor_saver = LatestSaver(_save_cursor)
+    deadline = started + timedelta(seconds=max_run_seconds)
+    seen: set[str] = set()
+    quiet_since = last_recovery_check = last_supersede = _now()
+    last_full_scan = last_stored_read = None
+    async with LiveRestartEvents(kube.cluster_name) as live:
+        while _now() < deadline:
+            read_until = _now()
+            events = live.take()  # as the server received them
+            if last_stored_read is None or read_until - last_stored_read >= STORED_READ_EVERY:
+                # Stored events too: what the live stream missed (a dropped connection).
+                full = last_full_scan is None or read_until - last_full_scan >= FULL_SCAN_EVERY
+                if full:
+                    last_full_scan = read_until
+                last_stored_read = read_until
+                since = cursor - (OVERLAP if full else RECENT_OVERLAP)
+                events += await read_restart_events(kube.cluster_name, since, read_until)
+            events = list({str(e.id): e for e in events if str(e.id) not in seen}.values())
+            if events:
+                batch_started = time.monotonic()
+                await reporter.handle_batch([(e.payload, str(e.id)) for e in events])
+                log.info("handled %d restart event(s) in %.1f s", len(events),
+                         time.monotonic() - batch_started)
+                seen.update(str(e.id) for e in events)
+                cursor = max(cursor, max(e.occurred for e in events))
+                cursor_saver.save(cursor_name, (cursor_name, cursor.isoformat()))
+                quiet_since = _now()
+            elif _now() - last_recovery_check >= RECOVERY_CHECK_EVERY:  # a lull: recoveries
+                await reporter.check_recoveries(await load_all_timelines())
+                last_recovery_check = _now()
+            # Triggered runs queued behind this one need not start: it takes over their
+            # windows. Always before stopping, so none is left waiting for a window read.
+            stopping = not events and _now() >= stay_until \
+                and _now() - quiet_since >= timedelta(seconds=quiet_seconds)
+            if stopping or _now() - last_supersede >= SUPERSEDE_EVERY:
+                taken_until = await _supersede(me, deadline, log)
+                last_supersede = _now()
+                if taken_until is not None and taken_until > read_until:
+                    stay_until, stopping = max(stay_until, taken_until), False
+            if stopping:
+                break
+            await live.wait(0.5)
+    await reporter.finish()
+    try:
+        await cursor_saver.flush()
+    except Exception as e:  # noqa: BLE001 - the next run re-reads from an older cursor
+        log.warning("restart cursor not saved: %s", e)
+    await reporter.check_recoveries(await load_all_timelines())
     log.info("restart diagnostics: %s", dict(reporter.counts))
     return dict(reporter.counts)
