@@ -19,10 +19,14 @@ as teams route alerts; Slack takes about one message a second per channel), each
 with one known
 cause, so the ground truth cause id per workload is known (see `FAULTS`; config errors fail
 from the first start, the other faults strike running pods when the storm starts); evictions
-are repeated on the `evict` workloads. After `duration_s` of wall time the faults are
-recovered (and the virtual clock moved past the CrashLoopBackOff cap so every pod runs again),
-the watcher catches up, and the bench waits (at most `drain_timeout_s`) until the flow has
-handled every delivered restart and Slack is quiet. Figures (wall-clock seconds, one clock):
+are repeated on the `evict` workloads. The workloads start once the platform is up, i.e. the
+deployment's standing run is running, as it is in steady state. After `duration_s` of wall
+time the faults are recovered (and the virtual clock moved past the CrashLoopBackOff cap so
+every pod runs again), the watcher catches up, and the bench waits (at most
+`drain_timeout_s`) until the flow has handled every delivered restart and Slack is quiet.
+Then the cold-start phase: the active run is cancelled and one crash-looping workload
+crashes again, so its restarts wait for the trigger's run to start. Figures (wall-clock
+seconds, one clock):
 
 - `restarts_injected`: restarts that really happened: the sum over every container of its
   highest `restartCount` (read through the official client at the end, and on the bench's own
@@ -46,9 +50,11 @@ handled every delivered restart and Slack is quiet. Figures (wall-clock seconds,
   (the fake's `ts`, set from the wall clock when it received the call): the threaded reply
   that lists it (one reply per batch lists each restart as "*Restart #N* at … `pod/container`"),
   else its thread's parent (the restarts found together open a thread in one parent).
-  Restarts the policy skipped are left out; a restart still without a message when the bench ends counts with the
-  time it has waited so far (`slack_not_posted_at_end`; the percentiles are then lower bounds).
-  `restarts_not_handled`: delivered restarts no timeline row holds at the end.
+  Restarts the policy skipped are left out; a restart still without a message when the
+  bench ends counts with the time it has waited so far (`slack_not_posted_at_end`; the percentiles are then lower bounds).
+  `restarts_not_handled`: delivered restarts no timeline row holds at the end. These
+  percentiles are over the storm; `slack_cold_start_s` is the slowest of the cold-start
+  phase's restarts (`cold_start_samples`).
 - `watcher_internal_p95_s`: the watcher's own figure (its watch event received -> sent);
   parts of it: `watcher_queue_wait_p95_s` (waiting for a capture worker),
   `watcher_capture_p95_s` (reading the evidence), `event_send_p95_s` (the acknowledged POST).
@@ -92,6 +98,7 @@ CHANNEL_LABEL = "gpuops.io/slack-channel"
 LABEL = "gpuops.io/bench-workload"
 ROLE = "gpuops.io/bench-role"
 DEPLOYMENT = "restart-diagnostics/on-restart"
+ACTIVE = ("RUNNING", "PENDING")  # flow run state types
 # fault kind, params, ground-truth cause id (gpuops/tasks/restart_rules.yaml), needs a GPU
 FAULTS: list[tuple[str, dict[str, Any], str, bool]] = [
     ("crashloop", {"exit_code": 3, "error": "RuntimeError: tokenizer.json is corrupt"},
@@ -320,6 +327,8 @@ class RestartStorm:
         self.deliveries: Counter[str] = Counter()  # identity -> times sent
         self.send_s: list[float] = []  # how long each acknowledged delivery took
         self.t0 = time.time()
+        self.cold_from = math.inf  # restarts delivered from then on are the cold-start phase
+        self.drain_s = 0.0
 
     # --- setup ----------------------------------------------------------------------------
 
@@ -360,6 +369,14 @@ class RestartStorm:
         self.sender = self._timed_sender()
         self.watchers = [self._new_watcher()]
         self.stops.append(lambda: self.watchers[-1].stop())
+        # The storm hits a platform that is up: its standing run is running (the first
+        # restart after `gpuops up` starts waits for a run's process too: see `cold_start`).
+        if not _wait(lambda: asyncio.run(self._deployment_id()), 120):
+            raise RuntimeError(f"serve_all did not register {DEPLOYMENT}; see {self.serve_log}")
+        self.deployment_id = asyncio.run(self._deployment_id())
+        if not _wait(lambda: any(r.state_type.value == "RUNNING"
+                                 for r in asyncio.run(self.flow_runs())), 180):
+            raise RuntimeError(f"no standing {DEPLOYMENT} run started; see {self.serve_log}")
         for w in self.workloads:
             if w.fault == "config-error":
                 self.inject(w)  # a missing setting fails from the first start, as in real life
@@ -371,9 +388,6 @@ class RestartStorm:
             return len(pods) >= expected and all(p.status.phase == "Running" for p in pods)
         if not _wait(running, 120):
             raise RuntimeError("the workloads' pods did not all reach Running")
-        if not _wait(lambda: asyncio.run(self._deployment_id()), 120):
-            raise RuntimeError(f"serve_all did not register {DEPLOYMENT}; see {self.serve_log}")
-        self.deployment_id = asyncio.run(self._deployment_id())
 
     def _timed_sender(self) -> Any:
         from gpuops.sensors.emitter import EventSender
@@ -472,7 +486,8 @@ class RestartStorm:
               timeout_s, 1.0)
 
     def drain(self, timeout_s: float) -> None:
-        """Until every delivered restart is in a timeline, no run is active, Slack is quiet."""
+        """Until every delivered restart is in a timeline (saved once its message is
+        posted) and Slack has been quiet for 3 s. The standing run stays up."""
         started = time.time()
         last = [-1, time.time()]  # Slack message count, when it last changed
 
@@ -480,13 +495,35 @@ class RestartStorm:
             count = len(self.slack_messages())
             if count != last[0]:
                 last[:] = [count, time.time()]
-            if set(self.delivered) - set(self.timeline_rows()):
-                return False
-            runs = asyncio.run(self.flow_runs())
-            return not any(r.state_type.value in ("RUNNING", "PENDING") for r in runs) \
+            return not set(self.delivered) - set(self.timeline_rows()) \
                 and time.time() - last[1] >= 3
         _wait(drained, timeout_s, 2.0)
-        self.drain_s = time.time() - started
+        self.drain_s += time.time() - started
+
+    def cold_start(self, timeout_s: float) -> None:
+        """A restart with no run up, as the first one after an outage or `gpuops up`: the
+        active run is cancelled first, so the trigger's run has to start (runner poll, a new
+        process, imports, blocks) before it can post. `slack_cold_start_s` is its figure."""
+        from prefect.client.orchestration import get_client
+        from prefect.states import Cancelling
+
+        async def cancel_active() -> None:
+            async with get_client() as c:
+                for r in await self.flow_runs():
+                    if r.state_type.value in ACTIVE:
+                        await c.set_flow_run_state(r.id, Cancelling(), force=True)
+
+        def none_active() -> bool:
+            return not any(r.state_type.value in (*ACTIVE, "CANCELLING")
+                           for r in asyncio.run(self.flow_runs()))
+        asyncio.run(cancel_active())
+        if not _wait(none_active, timeout_s):
+            raise RuntimeError("the active restart-diagnostics run did not stop when cancelled")
+        self.cold_from = time.time()
+        self.inject(next(w for w in self.workloads if w.fault == "crashloop"))
+        _wait(lambda: max(self.delivered.values()) >= self.cold_from, timeout_s, 0.2)
+        self.sim.fault("recover")
+        self.sim.advance(330)
 
     # --- reading back ----------------------------------------------------------------------
 
@@ -554,7 +591,9 @@ class RestartStorm:
         rows = self.timeline_rows()
         accuracy, checked, errors = self._cause_accuracy(payloads, rows)
         messages = self.slack_messages()
-        slack, waiting, skipped = self._slack_latencies(payloads, rows, messages, end)
+        latency, waiting, skipped = self._slack_latencies(payloads, rows, messages, end)
+        slack = [t for i, t in latency.items() if self.delivered[i] < self.cold_from]
+        cold = [t for i, t in latency.items() if self.delivered[i] >= self.cold_from]
         parents = self._parents_per_workload_cause(messages)
         runs = asyncio.run(self.flow_runs())
         states = Counter(r.state_type.value for r in runs)
@@ -582,6 +621,7 @@ class RestartStorm:
             "event_send_p95_s": _percentile(self.send_s, 95),
             "slack_p50_s": _percentile(slack, 50), "slack_p95_s": _percentile(slack, 95),
             "slack_max_s": _percentile(slack, 100), "slack_samples": len(slack),
+            "slack_cold_start_s": _percentile(cold, 100), "cold_start_samples": len(cold),
             "slack_not_posted_at_end": waiting, "slack_skipped_by_policy": skipped,
             "restarts_not_handled": len(set(payloads) - set(rows)),
             "max_parent_messages_per_workload_cause": max(parents.values(), default=0),
@@ -625,7 +665,7 @@ class RestartStorm:
 
     def _slack_latencies(self, payloads: dict[str, dict[str, Any]],
                          rows: dict[str, tuple[Any, Any]], messages: list[dict[str, Any]],
-                         end: float) -> tuple[list[float], int, int]:
+                         end: float) -> tuple[dict[str, float], int, int]:
         """Event taken -> the Slack message carrying that restart posted: the threaded reply
         that lists it ("*Restart #N* at … `pod/container`"), else its thread's parent (the
         restarts a run found together open the thread in one parent). A restart with no
@@ -638,7 +678,8 @@ class RestartStorm:
             for count, who in re.findall(r"Restart #(\d+)\* at [^`]*`([^`]+)`",
                                          json.dumps(m.get("blocks") or [])):
                 replies.setdefault((m["thread_ts"], f"{who}#{count}"), float(m["ts"]))
-        latencies, waiting, skipped = [], 0, 0
+        latencies: dict[str, float] = {}
+        waiting = skipped = 0
         for identity, p in payloads.items():
             sent = self.delivered.get(identity)
             if sent is None:
@@ -656,7 +697,7 @@ class RestartStorm:
             if posted is None:
                 waiting += 1
                 posted = end
-            latencies.append(posted - sent)
+            latencies[identity] = posted - sent
         return latencies, waiting, skipped
 
     def _parents_per_workload_cause(self, messages: list[dict[str, Any]]
@@ -696,6 +737,9 @@ def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
             os.environ["PREFECT_API_URL"] = prefect_api_url
         bench.setup()
         bench.storm()
+        bench.settle(settle_timeout_s)
+        bench.drain(drain_timeout_s)
+        bench.cold_start(settle_timeout_s)
         bench.settle(settle_timeout_s)
         bench.drain(drain_timeout_s)
         result = bench.figures()
