@@ -61,7 +61,7 @@ STORED_READ_EVERY = timedelta(seconds=2)
 OVERLAP = timedelta(minutes=2)
 RECENT_OVERLAP = timedelta(seconds=15)
 FULL_SCAN_EVERY = timedelta(seconds=30)
-PERSIST_DELAY = timedelta(seconds=10)  # event received -> readable (persister flushes every 5 s)
+PERSIST_DELAY = timedelta(seconds=10)  # event received -> stored (persister flush: 1-5 s)
 RECOVERY_CHECK_EVERY = timedelta(minutes=1)  # in a long run's lulls
 SUPERSEDE_EVERY = timedelta(seconds=5)
 
@@ -80,23 +80,23 @@ async def _cursor(name: str, default: datetime) -> datetime:
     return datetime.fromisoformat(value) if value else default
 
 
-async def _save_cursor(name_and_value: tuple[str, str]) -> None:
-    await Variable.aset(*name_and_value, overwrite=True)
+def _window_end(created: datetime, trigger_window_seconds: float) -> datetime:
+    """When a triggered run's events are all readable: its trigger window (events the
+    trigger ignored in it are that run's to handle) plus the event persister's delay."""
+    return created + timedelta(seconds=trigger_window_seconds) + PERSIST_DELAY
 
 
 def _stay_until(me: FlowRun | None, started: datetime, stay_seconds: float,
                 trigger_window_seconds: float) -> datetime:
     """A standing run (`stay_seconds`) stays until its slot on the schedule ends, counted
     from when it was due, not from when its process came up, so that it hands over to the
-    next one on time. A triggered run stays until its trigger window, plus the event
-    persister's delay, is over: events the trigger ignored in that window are its to handle."""
+    next one on time. A triggered run stays until its window ends (`_window_end`)."""
     until = started
     if stay_seconds:
         due = me.expected_start_time if me and me.expected_start_time else started
         until = max(until, due + timedelta(seconds=stay_seconds))
     if trigger_window_seconds and me is not None and me.created is not None:
-        until = max(until, me.created + timedelta(seconds=trigger_window_seconds)
-                    + PERSIST_DELAY)
+        until = max(until, _window_end(me.created, trigger_window_seconds))
     return until
 
 
@@ -126,11 +126,12 @@ async def supersede_queued_runs(deployment_id: UUID, me: UUID, deadline: datetim
         for run in queued:
             if run.id == me or not run.parameters.get("event_id") or run.created is None:
                 continue
-            window = timedelta(seconds=float(run.parameters.get("trigger_window_seconds") or 0))
-            if run.created + window + PERSIST_DELAY > deadline:
+            ends = _window_end(run.created,
+                               float(run.parameters.get("trigger_window_seconds") or 0))
+            if ends > deadline:
                 continue
             await client.set_flow_run_state(run.id, Cancelled(message=note), force=True)
-            taken.append(run.created + window + PERSIST_DELAY)
+            taken.append(ends)
     return taken
 
 
@@ -160,7 +161,8 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     cursor_name = _cursor_name(kube.cluster_name)
     cursor = await _cursor(cursor_name, started - timedelta(minutes=lookback_minutes))
     # Saved in the background: a lost save only makes the next run re-read (and dedupe).
-    cursor_saver = LatestSaver(_save_cursor)
+    cursor_saver = LatestSaver(
+        lambda value: Variable.aset(cursor_name, value, overwrite=True))
     deadline = started + timedelta(seconds=max_run_seconds)
     seen: set[str] = set()
     quiet_since = last_recovery_check = last_supersede = _now()
@@ -185,7 +187,7 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
                          time.monotonic() - batch_started)
                 seen.update(str(e.id) for e in events)
                 cursor = max(cursor, max(e.occurred for e in events))
-                cursor_saver.save(cursor_name, (cursor_name, cursor.isoformat()))
+                cursor_saver.save(cursor_name, cursor.isoformat())
                 quiet_since = _now()
             elif _now() - last_recovery_check >= RECOVERY_CHECK_EVERY:  # a lull: recoveries
                 await reporter.check_recoveries(await load_all_timelines())

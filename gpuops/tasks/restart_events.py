@@ -84,6 +84,7 @@ class LiveRestartEvents:
     async def _follow(self) -> None:
         while True:
             try:
+                # A copy each time: the subscriber sets its own `occurred` on the filter.
                 async with get_events_subscriber(filter=self._filter.model_copy(deep=True),
                                                  reconnect_on_clean_close=True) as events:
                     async for event in events:
