@@ -315,6 +315,42 @@ def test_a_burst_of_restarts_is_one_message_per_workload_and_cause(prefect_serve
     assert "9×" in text_of(parent)
 
 
+def test_a_failed_batch_is_tried_again_and_nothing_is_posted_twice(prefect_server, sim,
+                                                                   slack_fake, caplog):
+    """Slack refuses one of a batch's messages with a definite error, so its task gives up:
+    the run tries the batch again instead of failing, and what was posted is not posted
+    again."""
+    from datetime import timedelta
+
+    from gpuops.tasks.restart_events import read_restart_events
+    from tests import restart_fixtures as fx
+
+    name = unique_cluster()
+    blocks = save_blocks(sim, slack_fake, name)
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    events = []
+    for n in range(3):
+        ev = fx.evidence(cluster=name, pod=f"server-{n}", pod_uid=f"uid-{n}", restart_count=1,
+                         workload=fx.Workload(kind="Deployment", name=f"server-{n}",
+                                              namespace="ml"),
+                         observed_at=datetime.now(UTC).isoformat())
+        events.append(build_event(obj="pod", what="restarted", cluster=name, kind="Pod",
+                                  namespace=ev.namespace, name=ev.pod, identity=ev.identity,
+                                  payload=ev.model_dump(mode="json")))
+    EventSender().send(events)
+    wait_for(lambda: len(asyncio.run(read_restart_events(
+        name, since, datetime.now(UTC) + timedelta(minutes=1)))) >= 3,
+        timeout=30, message="the events stored")
+    slack_fake.post("/_fake/fail", {"method": "chat.postMessage", "count": 1,
+                                    "error": "channel_not_found"})
+    counts = run_flow(blocks)
+    assert counts["posted"] == 3
+    assert "failed" in caplog.text and "trying again" in caplog.text
+    posted = [m["text"] for m in parents(slack_fake)]
+    assert len(posted) == 3 and len(set(posted)) == 3
+    assert all(any(f"server-{n}" in t for t in posted) for n in range(3))
+
+
 def test_the_active_run_takes_over_queued_triggered_runs_but_not_scheduled_ones(
         prefect_server):
     """Triggered runs queued behind the active one are cancelled with a note, and the active
@@ -414,3 +450,23 @@ def test_restart_events_arrive_live_for_this_cluster_only(prefect_server):
             await asyncio.sleep(1)  # anything else that was coming
             return [e.payload["pod"] for e in arrived + live.take()]
     assert asyncio.run(scenario()) == ["ours"]
+
+
+def test_slack_trouble_is_retried_and_definite_answers_are_not():
+    from prefect.states import Failed
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.web import SlackResponse
+
+    from gpuops.tasks.restart_reporter import _worth_retrying
+
+    def failed(error: str):
+        response = SlackResponse(client=None, http_verb="POST", api_url="", req_args={},
+                                 data={"ok": False, "error": error}, headers={}, status_code=200)
+        return Failed(data=SlackApiError(error, response))
+
+    async def in_a_flow_run() -> list[bool]:  # async tasks call it from a running loop
+        return [_worth_retrying(None, None, failed("internal_error")),
+                _worth_retrying(None, None, failed("ratelimited")),
+                _worth_retrying(None, None, failed("channel_not_found")),
+                _worth_retrying(None, None, Failed(data=ConnectionResetError()))]
+    assert asyncio.run(in_a_flow_run()) == [True, True, False, True]

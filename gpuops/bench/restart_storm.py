@@ -4,7 +4,8 @@ What runs (all local, all real code paths):
 - a Prefect server of its own (temporary PREFECT_HOME, free port; SQLite, or PostgreSQL and
   Redis with `prefect_database_url` / `prefect_redis`) unless `prefect_api_url` is given (the
   smoke test reuses the test session's server);
-- simcluster (`SimClusterThread`, empty scenario, `speed`x virtual time) with GPU nodes created
+- simcluster in its own process as `gpuops up` runs it (`gpuops sim serve`, empty scenario,
+  `speed`x virtual time; faults through its admin endpoints) with GPU nodes created
   through the official client: general nodes, nodes of their own for the hardware-Xid pods (a
   hardware Xid marks the node) and for the evicted pods (eviction leaves node events);
 - the Slack fake (`python -m gpuops.deployments.slackfake`, its own process);
@@ -90,8 +91,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from gpuops.deployments import services
 from gpuops.sensors.restart_detector import pod_failure_reason
-from gpuops.simcluster.server import SimConfig
-from gpuops.simcluster.testing import SimClusterThread
+from gpuops.simcluster.testing import SimAdmin
 
 NAMESPACE_PREFIX = "team-"  # workloads spread over `channels` namespaces, one Slack channel each
 CHANNEL_LABEL = "gpuops.io/slack-channel"
@@ -337,13 +337,17 @@ class RestartStorm:
 
         self.slack = services.start_slack_fake_server(self.tmp)
         self.stops.append(self.slack.stop)
-        self.sim = SimClusterThread(SimConfig(scenario="empty", speed=self.speed),
-                                    self.tmp / "kubeconfig").start()
-        self.stops.append(self.sim.stop)
-        api = config.new_client_from_config(config_file=str(self.sim.kubeconfig))
+        # Its own process, as a real API server is: not sharing this process's GIL with
+        # the watcher.
+        kubeconfig = self.tmp / "kubeconfig"
+        sim = services.start_simcluster(self.tmp, kubeconfig=kubeconfig, scenario="empty",
+                                        speed=self.speed)
+        self.stops.append(sim.stop)
+        self.sim = SimAdmin(sim.url)
+        api = config.new_client_from_config(config_file=str(kubeconfig))
         self.core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
         # The deployments, served as `gpuops up` serves them.
-        env = {**os.environ, "KUBECONFIG": str(self.sim.kubeconfig),
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig),
                "GPUOPS_CLUSTER_NAME": self.cluster, "GPUOPS_SLACK_BASE_URL": self.slack.url,
                "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
         proc, self.serve_log = services.spawn(

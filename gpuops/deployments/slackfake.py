@@ -4,7 +4,8 @@
 unchanged: the same methods, HTTP verbs, bodies (JSON, form or query string), `ok: false` error
 codes and HTTP 429 with `Retry-After`. It records every call and message so a test or a person
 can see what gpuops posted (`GET /_fake/messages`, `GET /_fake/calls`), and it can be told to
-rate-limit a method (`POST /_fake/ratelimit`) to exercise retry handling.
+rate-limit a method (`POST /_fake/ratelimit`) or fail it (`POST /_fake/fail`) to exercise
+retry handling.
 
 Run it with `python -m gpuops.deployments.slackfake --port P`, or in-process with
 `await start_slack_fake(host, port)`.
@@ -45,6 +46,12 @@ class RateLimit:
 
 
 @dataclass
+class Failure:
+    remaining: int
+    error: str
+
+
+@dataclass
 class SlackFakeState:
     """Everything the fake remembers; `POST /_fake/reset` clears it."""
 
@@ -53,6 +60,7 @@ class SlackFakeState:
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     usergroups: dict[str, list[str]] = field(default_factory=dict)
     ratelimits: dict[str, RateLimit] = field(default_factory=dict)
+    failures: dict[str, Failure] = field(default_factory=dict)
     _last_ts_us: int = 0
     _file_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -67,7 +75,8 @@ class SlackFakeState:
 
     def clear(self) -> None:
         """Forget messages, calls, files and limits; timestamps keep increasing across resets."""
-        for recorded in (self.messages, self.calls, self.files, self.usergroups, self.ratelimits):
+        for recorded in (self.messages, self.calls, self.files, self.usergroups, self.ratelimits,
+                         self.failures):
             recorded.clear()
 
     def find_message(self, channel: str, ts: str) -> dict[str, Any]:
@@ -349,8 +358,12 @@ async def handle_api_call(request: web.Request) -> web.Response:
         call.update(status=429, error="ratelimited")
         return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
                                  headers={"Retry-After": str(limit.retry_after_s)})
+    failure = state.failures.get(method)
     handler = METHODS.get(method)
     try:
+        if failure is not None and failure.remaining > 0:
+            failure.remaining -= 1
+            raise SlackError(failure.error)
         if handler is None:
             raise SlackError("unknown_method")
         return web.json_response(handler(state, args, request))
@@ -400,6 +413,19 @@ async def set_ratelimit(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
+async def set_failure(request: web.Request) -> web.Response:
+    """`{"method": "chat.postMessage", "count": N, "error": "internal_error"}`: the next N
+    calls answer `ok: false` with that error."""
+    body = await request.json()
+    if body.get("method") not in METHODS:
+        return web.json_response(
+            {"ok": False, "error": f"unknown method {body.get('method')!r}"}, status=400
+        )
+    request.app[STATE].failures[body["method"]] = Failure(
+        remaining=int(body.get("count", 1)), error=str(body.get("error", "internal_error")))
+    return web.json_response({"ok": True})
+
+
 async def set_usergroup(request: web.Request) -> web.Response:
     """`{"usergroup": "S123", "users": ["U1", ...]}`: what usergroups.users.list answers."""
     body = await request.json()
@@ -416,6 +442,7 @@ def build_app() -> web.Application:
     app.router.add_get("/_fake/calls", list_calls)
     app.router.add_post("/_fake/reset", reset)
     app.router.add_post("/_fake/ratelimit", set_ratelimit)
+    app.router.add_post("/_fake/fail", set_failure)
     app.router.add_post("/_fake/usergroups", set_usergroup)
     return app
 

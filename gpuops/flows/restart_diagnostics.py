@@ -23,6 +23,7 @@ covers the few seconds of each handover and any run that died. A standing run al
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -64,6 +65,7 @@ FULL_SCAN_EVERY = timedelta(seconds=30)
 PERSIST_DELAY = timedelta(seconds=10)  # event received -> stored (persister flush: 1-5 s)
 RECOVERY_CHECK_EVERY = timedelta(minutes=1)  # in a long run's lulls
 SUPERSEDE_EVERY = timedelta(seconds=5)
+BATCH_ATTEMPTS = 3  # a batch that fails (Prefect or Slack trouble) is tried again this often
 
 
 def _now() -> datetime:
@@ -165,12 +167,14 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
         lambda value: Variable.aset(cursor_name, value, overwrite=True))
     deadline = started + timedelta(seconds=max_run_seconds)
     seen: set[str] = set()
+    retry: list[Any] = []  # a failed batch's events
+    failures = 0
     quiet_since = last_recovery_check = last_supersede = _now()
     last_full_scan = last_stored_read = None
     async with LiveRestartEvents(kube.cluster_name) as live:
         while _now() < deadline:
             read_until = _now()
-            events = live.take()  # as the server received them
+            events, retry = live.take() + retry, []  # as the server received them
             if last_stored_read is None or read_until - last_stored_read >= STORED_READ_EVERY:
                 # Stored events too: what the live stream missed (a dropped connection).
                 full = last_full_scan is None or read_until - last_full_scan >= FULL_SCAN_EVERY
@@ -182,7 +186,20 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
             events = list({str(e.id): e for e in events if str(e.id) not in seen}.values())
             if events:
                 batch_started = time.monotonic()
-                await reporter.handle_batch([(e.payload, str(e.id)) for e in events])
+                try:
+                    await reporter.handle_batch([(e.payload, str(e.id)) for e in events])
+                except Exception as e:
+                    # What was posted is in the timelines, so a retry skips it; a standing
+                    # run that failed would leave the rest waiting for a new run to start.
+                    failures += 1
+                    if failures >= BATCH_ATTEMPTS:
+                        raise
+                    log.warning("a batch of %d restart event(s) failed (%r); trying again",
+                                len(events), e)
+                    retry = events
+                    await asyncio.sleep(failures)
+                    continue
+                failures = 0
                 log.info("handled %d restart event(s) in %.1f s", len(events),
                          time.monotonic() - batch_started)
                 seen.update(str(e.id) for e in events)

@@ -8,7 +8,9 @@ triggers ignore an id they have already seen.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 import uuid
 from datetime import UTC, datetime
@@ -45,11 +47,15 @@ def workload_related(cluster: str, kind: str, namespace: str, name: str) -> dict
 
 
 class EventSender:
-    """Synchronous, acknowledged delivery with retries (the watcher's threads call it)."""
+    """Synchronous, acknowledged delivery with retries (the watcher's threads call it).
+
+    Each calling thread keeps one Prefect client (one connection) while it works; a failed
+    request drops it, so the retry connects afresh."""
 
     def __init__(self, *, max_delay_s: float = 30.0) -> None:
         self.max_delay_s = max_delay_s
         self.sent = 0
+        self._local = threading.local()
 
     def send(self, events: list[Event], stop: Any = None) -> None:
         """Block until the server has the events (or `stop` is set: then raise)."""
@@ -57,15 +63,26 @@ class EventSender:
         delay = 0.5
         while True:
             try:
-                with get_client(sync_client=True) as client:
-                    response = client._client.post("/events", json=body)
-                    response.raise_for_status()
+                self._client().post("/events", json=body).raise_for_status()
                 self.sent += len(events)
                 return
             except Exception as e:
+                self.close()
                 if stop is not None and stop.is_set():
                     raise RuntimeError("stopped before the events were delivered") from e
                 log.warning("could not deliver %d event(s) to Prefect (%s); retrying in %.1fs",
                             len(events), e, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, self.max_delay_s)
+
+    def _client(self) -> Any:
+        if getattr(self._local, "client", None) is None:
+            self._local.client = get_client(sync_client=True).__enter__()
+        return self._local.client._client
+
+    def close(self) -> None:
+        """Close this thread's client."""
+        client, self._local.client = getattr(self._local, "client", None), None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.__exit__(None, None, None)

@@ -24,6 +24,7 @@ from uuid import UUID
 
 import anyio
 from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.responses import SetStateStatus
 from prefect.context import FlowRunContext
@@ -97,13 +98,15 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-@task(retries=3, retry_delay_seconds=2, task_run_name="post-approval-request")
+@task(retries=3, retry_delay_seconds=2, task_run_name="post-approval-request",
+      cache_policy=NO_CACHE)
 def post_approval_request(conn: SlackConnection, channel: str, title: str,
                           blocks: list[dict]) -> slack.PostedMessage:
     return slack.post_message(conn, channel, f"Approval needed: {title}", blocks)
 
 
-@task(retries=3, retry_delay_seconds=2, task_run_name="record-approval-decision")
+@task(retries=3, retry_delay_seconds=2, task_run_name="record-approval-decision",
+      cache_policy=NO_CACHE)
 def record_decision(conn: SlackConnection, message: slack.PostedMessage, blocks: list[dict],
                     verdict: str) -> None:
     slack.update_message(conn, message, verdict, decision_blocks(blocks, verdict))

@@ -5,8 +5,7 @@ Per (workload, cause) a batch costs one Slack message: a new parent, or one thre
 listing the batch's restarts. Parents are edited with the running count at most every
 `parent_update_seconds`, and once more at the end of the run. Workloads are handled
 concurrently; every Slack call is a Prefect task (retried, visible in the UI) held to gpuops'
-own rate limits, Prefect global concurrency limits created on demand: new messages per
-channel (Slack allows about one a second per channel) and parent edits overall (Tier 3).
+own rate limits (slack_limits.py).
 The state lives in the timeline artifacts (restart_history.py), saved in the background
 right after each post.
 """
@@ -14,7 +13,6 @@ right after each post.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -24,9 +22,7 @@ from typing import Any
 
 from prefect import get_run_logger, task
 from prefect.artifacts import acreate_markdown_artifact
-from prefect.client.orchestration import get_client
-from prefect.concurrency.asyncio import rate_limit
-from prefect.exceptions import ObjectAlreadyExists
+from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run as runtime_flow_run
 from pydantic import ValidationError
 from slack_sdk.errors import SlackApiError
@@ -44,7 +40,6 @@ from gpuops.tasks.restart_history import (
     TimelineRow,
     load_timeline,
     save_timeline,
-    slug,
 )
 from gpuops.tasks.restart_recovery import workload_ready_since
 from gpuops.tasks.restart_report import (
@@ -56,9 +51,10 @@ from gpuops.tasks.restart_report import (
     restart_markdown,
 )
 from gpuops.tasks.restart_rules import RuleSet
+from gpuops.tasks.slack_limits import SlackLimits
 
-SLACK_POSTS = "gpuops-slack-posts"  # one limit per channel: SLACK_POSTS-<channel>
-SLACK_UPDATES = "gpuops-slack-updates"
+SLACK_TROUBLE = {"ratelimited", "internal_error", "fatal_error", "service_unavailable",
+                 "request_timeout"}  # Slack's errors that a later try may not get
 THREAD_GONE = {"message_not_found", "thread_not_found", "channel_not_found", "is_archived"}
 WORKLOADS_AT_ONCE = 8  # workloads of one batch handled concurrently
 REPORTS_AT_ONCE = 4  # restart report artifacts written concurrently, in the background
@@ -68,57 +64,15 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class SlackLimits:
-    """gpuops' own caps on Slack calls: Prefect global rate limits, created on first use."""
-
-    def __init__(self, policy: RestartPolicy) -> None:
-        self.policy = policy
-        self._ready = asyncio.Lock()
-        self._known: set[str] = set()
-
-    async def _ensure(self, names: Sequence[str], per_minute: int) -> None:
-        async with self._ready:  # workloads handled at once share the limits
-            missing = [n for n in names if n not in self._known]
-            if not missing:
-                return
-            async with get_client() as client:
-                for name in missing:
-                    with contextlib.suppress(ObjectAlreadyExists):  # another run made it
-                        await client.upsert_global_concurrency_limit_by_name(
-                            name, per_minute, slot_decay_per_second=per_minute / 60)
-            self._known.update(missing)
-
-    async def _take(self, slots: dict[str, int], per_minute: int) -> None:
-        """Occupy `slots[name]` slots of each limit. Limits that need the same number go in
-        one request: one write on the Prefect server instead of one per channel, and on
-        SQLite every write waits for the others (seconds, in a storm)."""
-        await self._ensure(sorted(slots), per_minute)
-        by_count: dict[int, list[str]] = defaultdict(list)
-        for name, count in slots.items():
-            by_count[count].append(name)
-        for count, names in sorted(by_count.items()):
-            while count > 0:  # Prefect refuses more slots at once than the limit
-                await rate_limit(sorted(names), occupy=min(count, per_minute), strict=True)
-                count -= per_minute
-
-    async def post(self, messages: dict[str, int]) -> None:
-        """Take the slots for `messages[channel]` new messages in each channel."""
-        await self._take({f"{SLACK_POSTS}-{slug(c)}": n for c, n in messages.items() if n > 0},
-                         self.policy.slack_posts_per_minute_per_channel)
-
-    async def update(self, edits: int = 1) -> None:
-        await self._take({SLACK_UPDATES: edits}, self.policy.slack_updates_per_minute)
-
-
 def _worth_retrying(task, task_run, state) -> bool:
-    """Retry transport and server trouble, not Slack's definite answers (rate limits are
-    already retried inside slack-sdk)."""
-    error = state.result(raise_on_failure=False)
-    return not (isinstance(error, SlackApiError) and error.response.get("error") != "ratelimited")
+    """Retry transport and server trouble, not Slack's definite answers. Prefect calls this
+    synchronously, also for async tasks, where a plain `state.result()` is a coroutine."""
+    error = state.result(raise_on_failure=False, _sync=True)
+    return not isinstance(error, SlackApiError) or error.response.get("error") in SLACK_TROUBLE
 
 
 @task(retries=3, retry_delay_seconds=[1, 5, 15], retry_condition_fn=_worth_retrying,
-      task_run_name="post-restart-{thread}")
+      task_run_name="post-restart-{thread}", cache_policy=NO_CACHE)
 async def post_to_slack(conn: SlackConnection, channel: str, text: str, blocks: list[dict],
                         thread: str, thread_ts: str | None = None) -> slack.PostedMessage:
     return await asyncio.to_thread(slack.post_message, conn, channel, text, blocks,
@@ -126,7 +80,7 @@ async def post_to_slack(conn: SlackConnection, channel: str, text: str, blocks: 
 
 
 @task(retries=3, retry_delay_seconds=[1, 5, 15], retry_condition_fn=_worth_retrying,
-      task_run_name="update-parent-{thread}")
+      task_run_name="update-parent-{thread}", cache_policy=NO_CACHE)
 async def update_in_slack(conn: SlackConnection, message: slack.PostedMessage, text: str,
                           blocks: list[dict], thread: str) -> None:
     await asyncio.to_thread(slack.update_message, conn, message, text, blocks)
@@ -173,7 +127,7 @@ class RestartReporter:
                  kube: Kube) -> None:
         self.policy, self.rules, self.conn, self.kube = policy, rules, conn, kube
         self.log = get_run_logger()
-        self.limits = SlackLimits(policy)
+        self.limits = SlackLimits(policy, self.log)
         self.timelines: dict[str, Timeline] = {}
         self.parents: dict[str, _Parent] = {}  # thread ts -> parent
         self.counts: dict[str, int] = defaultdict(int)
@@ -185,11 +139,12 @@ class RestartReporter:
 
     async def finish(self) -> None:
         """Bring every edited thread's parent up to date, wait for the timelines to be saved
-        (raising if one was not) and for the restart reports."""
+        (raising if one was not), the restart reports and the rate-limit records."""
         if self._edits is not None:
             await self._edits
         await self.update_parents(final=True)
         await self._saves.flush()
+        await self.limits.finish()
         results = await asyncio.gather(*self._background, return_exceptions=True)
         self._background.clear()
         for error in (r for r in results if isinstance(r, BaseException)):
@@ -385,6 +340,7 @@ class RestartReporter:
                 self._saves.save(timeline.workload_key, timeline)
                 self.counts["recovered"] += 1
         await self._saves.flush()
+        await self.limits.finish()
 
 
 def _row(evidence: RestartEvidence, diagnosis: Diagnosis) -> TimelineRow:
