@@ -171,18 +171,29 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     failures = 0
     quiet_since = last_recovery_check = last_supersede = _now()
     last_full_scan = last_stored_read = None
+    stored_read: asyncio.Task | None = None  # a read of stored events in flight
     async with LiveRestartEvents(kube.cluster_name) as live:
         while _now() < deadline:
             read_until = _now()
             events, retry = live.take() + retry, []  # as the server received them
-            if last_stored_read is None or read_until - last_stored_read >= STORED_READ_EVERY:
+            if stored_read is not None and stored_read.done():
+                events += stored_read.result()
+                stored_read = None
+            if stored_read is None and (last_stored_read is None
+                                        or read_until - last_stored_read >= STORED_READ_EVERY):
                 # Stored events too: what the live stream missed (a dropped connection).
                 full = last_full_scan is None or read_until - last_full_scan >= FULL_SCAN_EVERY
                 if full:
                     last_full_scan = read_until
-                last_stored_read = read_until
                 since = cursor - (OVERLAP if full else RECENT_OVERLAP)
-                events += await read_restart_events(kube.cluster_name, since, read_until)
+                stored_read = asyncio.create_task(
+                    read_restart_events(kube.cluster_name, since, read_until))
+                if last_stored_read is None:  # a new run starts with what came before it
+                    events += await stored_read
+                    stored_read = None
+                # Later reads go on beside the batches: a busy server can take a second or
+                # more to answer, and live events must not wait for that.
+                last_stored_read = read_until
             events = list({str(e.id): e for e in events if str(e.id) not in seen}.values())
             if events:
                 batch_started = time.monotonic()
@@ -211,7 +222,7 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
                 last_recovery_check = _now()
             # Triggered runs queued behind this one need not start: it takes over their
             # windows. Always before stopping, so none is left waiting for a window read.
-            stopping = not events and _now() >= stay_until \
+            stopping = not events and stored_read is None and _now() >= stay_until \
                 and _now() - quiet_since >= timedelta(seconds=quiet_seconds)
             if stopping or _now() - last_supersede >= SUPERSEDE_EVERY:
                 taken_until = await _supersede(me, deadline, log)
@@ -221,11 +232,13 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
             if stopping:
                 break
             await live.wait(0.5)
+    if stored_read is not None:  # the deadline: the next run reads from the cursor
+        stored_read.cancel()
+    await reporter.check_recoveries(await load_all_timelines())
     await reporter.finish()
     try:
         await cursor_saver.flush()
     except Exception as e:  # noqa: BLE001 - the next run re-reads from an older cursor
         log.warning("restart cursor not saved: %s", e)
-    await reporter.check_recoveries(await load_all_timelines())
     log.info("restart diagnostics: %s", dict(reporter.counts))
     return dict(reporter.counts)

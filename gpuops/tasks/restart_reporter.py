@@ -340,7 +340,6 @@ class RestartReporter:
                 self._saves.save(timeline.workload_key, timeline)
                 self.counts["recovered"] += 1
         await self._saves.flush()
-        await self.limits.finish()
 
 
 def _row(evidence: RestartEvidence, diagnosis: Diagnosis) -> TimelineRow:

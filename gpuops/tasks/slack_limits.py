@@ -10,7 +10,7 @@ it fails with 503 "database is locked" whenever one of the server's own writers 
 persister, task-run recorder) commits in between; in a restart storm that goes on for
 seconds at a time. Prefect's client waits 2, 4, 8, 16 s before trying again, which was most
 of a Slack message's latency in a storm. So:
-- `take_slots` retries a 503 within half a second;
+- `take_slots` retries a 503 within 0.3 s;
 - `SlackLimits` keeps the same leaky-bucket arithmetic locally for this run's own takes. When
   the server has stayed locked for `SERVER_WAIT`, a take that fits this run's own bucket goes
   ahead and is recorded on the server in the background (`finish` waits for the records).
@@ -43,14 +43,14 @@ log = logging.getLogger("gpuops.slack_limits")
 SLACK_POSTS = "gpuops-slack-posts"  # one limit per channel: SLACK_POSTS-<channel>
 SLACK_UPDATES = "gpuops-slack-updates"
 LOCKED_RETRY_FOR = 60.0  # seconds of quick 503 retries before giving up
-SERVER_WAIT = 1.0  # seconds of 503s before a take that fits this run's own bucket goes ahead
+SERVER_WAIT = 0.5  # seconds of 503s before a take that fits this run's own bucket goes ahead
 
 
 async def take_slots(names: list[str], slots: int, client: PrefectClient | None = None,
                      *, locked_for: float = LOCKED_RETRY_FOR) -> bool:
     """Occupy `slots` slots of each rate limit in `names` (which must exist), waiting while
-    they are full (423: for the server's Retry-After). A 503 is retried within half a
-    second; False if the server still answered 503 after `locked_for` seconds (nothing
+    they are full (423: for the server's Retry-After). A 503 is retried within 0.3 s;
+    False if the server still answered 503 after `locked_for` seconds (nothing
     taken). Any other answer, or a second dropped connection, goes to Prefect's
     `rate_limit`, which retries in its own way or raises a clear error."""
     async with contextlib.AsyncExitStack() as stack:
@@ -80,7 +80,7 @@ async def take_slots(names: list[str], slots: int, client: PrefectClient | None 
             locked_until = locked_until or time.monotonic() + locked_for
             if time.monotonic() >= locked_until:
                 return False
-            await asyncio.sleep(min(0.5, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.5))
+            await asyncio.sleep(min(0.2, 0.02 * 2 ** attempt) * random.uniform(0.5, 1.5))
     await rate_limit(names, occupy=slots, strict=True)
     return True
 
@@ -139,10 +139,13 @@ class SlackLimits:
         by_count: dict[int, list[str]] = defaultdict(list)
         for name, count in slots.items():
             by_count[count].append(name)
-        for count, names in sorted(by_count.items()):
+
+        async def take(count: int, names: list[str]) -> None:
             while count > 0:  # Prefect refuses more slots at once than the limit
                 await self._take_now(sorted(names), min(count, per_minute))
                 count -= per_minute
+        # At once: on a locked server each waits up to SERVER_WAIT, not their sum.
+        await asyncio.gather(*(take(count, names) for count, names in by_count.items()))
 
     async def _take_now(self, names: list[str], slots: int) -> None:
         own = [self._own[name] for name in names]
