@@ -234,8 +234,10 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
             await live.wait(0.5)
     if stored_read is not None:  # the deadline: the next run reads from the cursor
         stored_read.cancel()
-    await reporter.check_recoveries(await load_all_timelines())
-    await reporter.finish()
+    try:
+        await reporter.check_recoveries(await load_all_timelines())
+    finally:
+        await reporter.finish()  # whatever the last check did, the run's work is flushed
     try:
         await cursor_saver.flush()
     except Exception as e:  # noqa: BLE001 - the next run re-reads from an older cursor

@@ -15,7 +15,9 @@ of a Slack message's latency in a storm. So:
   the server has stayed locked for `SERVER_WAIT`, a take that fits this run's own bucket goes
   ahead and is recorded on the server in the background (`finish` waits for the records).
   Only one restart-diagnostics run is active at a time, so its own takes are what fills
-  these limits; a server that answers "full" (423) is always waited for.
+  these limits (a new run's bucket starts empty: at a handover, a locked server can let the
+  last minute's budget through once more); a server that answers "full" (423) is always
+  waited for.
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ class SlackLimits:
     async def _record(self, names: list[str], slots: int) -> None:
         if not await self._server_take(names, slots):
             self.log.warning("Prefect stayed locked: %d slot(s) of %s taken but not recorded",
-                        slots, names)
+                             slots, names)
 
     async def post(self, messages: dict[str, int]) -> None:
         """Take the slots for `messages[channel]` new messages in each channel."""
