@@ -330,7 +330,8 @@ def test_a_failed_batch_is_tried_again_and_nothing_is_posted_twice(prefect_serve
     since = datetime.now(UTC) - timedelta(minutes=1)
     events = []
     for n in range(3):
-        ev = fx.evidence(cluster=name, pod=f"server-{n}", pod_uid=f"uid-{n}", restart_count=1,
+        # Event ids come from restart identities: unique pod uids keep other tests' apart.
+        ev = fx.evidence(cluster=name, pod=f"server-{n}", pod_uid=f"{name}-{n}", restart_count=1,
                          workload=fx.Workload(kind="Deployment", name=f"server-{n}",
                                               namespace="ml"),
                          observed_at=datetime.now(UTC).isoformat())
