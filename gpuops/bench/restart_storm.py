@@ -5,7 +5,8 @@ What runs (all local, all real code paths):
   Redis with `prefect_database_url` / `prefect_redis`) unless `prefect_api_url` is given (the
   smoke test reuses the test session's server);
 - simcluster in its own process as `gpuops up` runs it (`gpuops sim serve`, empty scenario,
-  `speed`x virtual time; faults through its admin endpoints) with GPU nodes created
+  `speed`x virtual time; faults through its admin endpoints, as `gpuops sim fault` injects
+  them) with GPU nodes created
   through the official client: general nodes, nodes of their own for the hardware-Xid pods (a
   hardware Xid marks the node) and for the evicted pods (eviction leaves node events);
 - the Slack fake (`python -m gpuops.deployments.slackfake`, its own process);
@@ -90,8 +91,8 @@ from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from gpuops.deployments import services
+from gpuops.deployments.simadmin import post_admin
 from gpuops.sensors.restart_detector import pod_failure_reason
-from gpuops.simcluster.testing import SimAdmin
 
 NAMESPACE_PREFIX = "team-"  # workloads spread over `channels` namespaces, one Slack channel each
 CHANNEL_LABEL = "gpuops.io/slack-channel"
@@ -339,11 +340,10 @@ class RestartStorm:
         self.stops.append(self.slack.stop)
         # Its own process, as a real API server is: not sharing this process's GIL with
         # the watcher.
-        kubeconfig = self.tmp / "kubeconfig"
+        kubeconfig = self.kubeconfig = self.tmp / "kubeconfig"
         sim = services.start_simcluster(self.tmp, kubeconfig=kubeconfig, scenario="empty",
                                         speed=self.speed)
         self.stops.append(sim.stop)
-        self.sim = SimAdmin(sim.url)
         api = config.new_client_from_config(config_file=str(kubeconfig))
         self.core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
         # The deployments, served as `gpuops up` serves them.
@@ -420,9 +420,17 @@ class RestartStorm:
         return ClusterWatcher(self.kube, state_file=self.tmp / "watcher-state.json",
                               sender=self.sender).start()
 
+    def fault(self, kind: str, target: str | None = None, **params: Any) -> Any:
+        """Inject a simcluster fault through its admin endpoint (`gpuops sim fault`)."""
+        return post_admin(self.kubeconfig, "/admin/faults",
+                          {"kind": kind, "target": target, "params": params})
+
+    def advance(self, seconds: float) -> Any:
+        return post_admin(self.kubeconfig, "/admin/clock", {"advance": seconds})
+
     def inject(self, w: Workload) -> None:
         """A selector fault: it also hits the pods that replace the workload's pods."""
-        self.sim.fault(w.fault, w.namespace, selector=f"{LABEL}={w.name}", **w.params)
+        self.fault(w.fault, w.namespace, selector=f"{LABEL}={w.name}", **w.params)
 
     async def _deployment_id(self) -> Any:
         from prefect.client.orchestration import get_client
@@ -454,18 +462,18 @@ class RestartStorm:
                     self.watchers.append(self._new_watcher())
                     self.down[-1] = (self.down[-1][0], time.time())
                 else:
-                    self.sim.fault(action)
+                    self.fault(action)
             if elapsed >= next_evict:
                 for w in self.workloads:
                     if w.fault == "evict":
-                        self.evictions += len(self.sim.fault(
+                        self.evictions += len(self.fault(
                             "evict", w.namespace, selector=f"{LABEL}={w.name}")["evicted"])
                 next_evict += evict_every
             time.sleep(0.2)
-        self.sim.fault("recover")
+        self.fault("recover")
         # Containers waiting out a CrashLoopBackOff start again at once (each such start is
         # one more restart, of a container that crashed): move the virtual clock past the cap.
-        self.sim.advance(330)
+        self.advance(330)
         self.storm_s = time.time() - started
 
     def settle(self, timeout_s: float) -> None:
@@ -526,8 +534,8 @@ class RestartStorm:
         self.cold_from = time.time()
         self.inject(next(w for w in self.workloads if w.fault == "crashloop"))
         _wait(lambda: max(self.delivered.values()) >= self.cold_from, timeout_s, 0.2)
-        self.sim.fault("recover")
-        self.sim.advance(330)
+        self.fault("recover")
+        self.advance(330)
 
     # --- reading back ----------------------------------------------------------------------
 

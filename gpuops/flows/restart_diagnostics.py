@@ -172,7 +172,7 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     quiet_since = last_recovery_check = last_supersede = _now()
     last_full_scan = last_stored_read = None
     stored_read: asyncio.Task | None = None  # a read of stored events in flight
-    async with LiveRestartEvents(kube.cluster_name) as live:
+    async with LiveRestartEvents(kube.cluster_name, log) as live:
         while _now() < deadline:
             read_until = _now()
             events, retry = live.take() + retry, []  # as the server received them

@@ -1,7 +1,6 @@
-"""Drive a SimCluster from a synchronous process: its admin endpoints over HTTP
-(`SimAdmin`: for one in its own process too) and a runner on a background thread
-(`SimClusterThread`: for tests). The code under test still reaches it only over HTTP,
-through the kubeconfig it writes.
+"""Run a SimCluster on a background thread: for tests and benchmarks in a synchronous process.
+
+The code under test still reaches it only over HTTP, through the kubeconfig it writes.
 """
 
 from __future__ import annotations
@@ -16,33 +15,11 @@ from typing import Any
 from .server import SimCluster, SimConfig
 
 
-class SimAdmin:
-    """The admin endpoints (faults, clock, state, history) of the simcluster at `url`."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def admin(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        """Call an admin endpoint (`faults`, `clock`, `state`, `history`) over HTTP."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"{self.url}/admin/{path}", data=data,
-                                     headers={"Content-Type": "application/json"},
-                                     method="POST" if data is not None else "GET")
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read())
-
-    def fault(self, kind: str, target: str | None = None, **params: Any) -> Any:
-        return self.admin("faults", {"kind": kind, "target": target, "params": params})
-
-    def advance(self, seconds: float) -> Any:
-        return self.admin("clock", {"advance": seconds})
-
-
-class SimClusterThread(SimAdmin):
+class SimClusterThread:
     def __init__(self, config: SimConfig, kubeconfig: Path) -> None:
-        super().__init__("")
         self.config = config
         self.kubeconfig = kubeconfig
+        self.url = ""
         self._loop = asyncio.new_event_loop()
         self._cluster: SimCluster | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
@@ -60,6 +37,21 @@ class SimClusterThread(SimAdmin):
             asyncio.run_coroutine_threadsafe(self._cluster.stop(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+    def admin(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        """Call an admin endpoint (`faults`, `clock`, `state`, `history`) over HTTP."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.url}/admin/{path}", data=data,
+                                     headers={"Content-Type": "application/json"},
+                                     method="POST" if data is not None else "GET")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+
+    def fault(self, kind: str, target: str | None = None, **params: Any) -> Any:
+        return self.admin("faults", {"kind": kind, "target": target, "params": params})
+
+    def advance(self, seconds: float) -> Any:
+        return self.admin("clock", {"advance": seconds})
 
     def __enter__(self) -> SimClusterThread:  # noqa: PYI034
         return self.start()

@@ -64,12 +64,13 @@ class LiveRestartEvents:
     the last call. A dropped connection is reopened (Prefect's subscriber replays the last
     minute and drops duplicates); what it still misses, reads of stored events find."""
 
-    def __init__(self, cluster: str) -> None:
+    def __init__(self, cluster: str, logger: logging.Logger | logging.LoggerAdapter | None
+                 = None) -> None:
         self._filter = _restart_filter(cluster)
         self._arrived: list[Event] = []
         self._new = asyncio.Event()
         self._following: asyncio.Task | None = None
-        self.log = logging.getLogger("gpuops.restart_events")
+        self.log = logger or logging.getLogger("gpuops.restart_events")  # a run's: its log
 
     async def __aenter__(self) -> Self:
         self._following = asyncio.create_task(self._follow())
