@@ -425,8 +425,12 @@ class RestartStorm:
         return post_admin(self.kubeconfig, "/admin/faults",
                           {"kind": kind, "target": target, "params": params})
 
-    def advance(self, seconds: float) -> Any:
-        return post_admin(self.kubeconfig, "/admin/clock", {"advance": seconds})
+    def recover(self) -> None:
+        """End every fault. Containers waiting out a CrashLoopBackOff start again at once
+        (each such start is one more restart, of a container that crashed): move the
+        virtual clock past the cap."""
+        self.fault("recover")
+        post_admin(self.kubeconfig, "/admin/clock", {"advance": 330})
 
     def inject(self, w: Workload) -> None:
         """A selector fault: it also hits the pods that replace the workload's pods."""
@@ -470,10 +474,7 @@ class RestartStorm:
                             "evict", w.namespace, selector=f"{LABEL}={w.name}")["evicted"])
                 next_evict += evict_every
             time.sleep(0.2)
-        self.fault("recover")
-        # Containers waiting out a CrashLoopBackOff start again at once (each such start is
-        # one more restart, of a container that crashed): move the virtual clock past the cap.
-        self.advance(330)
+        self.recover()
         self.storm_s = time.time() - started
 
     def settle(self, timeout_s: float) -> None:
@@ -534,8 +535,7 @@ class RestartStorm:
         self.cold_from = time.time()
         self.inject(next(w for w in self.workloads if w.fault == "crashloop"))
         _wait(lambda: max(self.delivered.values()) >= self.cold_from, timeout_s, 0.2)
-        self.fault("recover")
-        self.advance(330)
+        self.recover()
 
     # --- reading back ----------------------------------------------------------------------
 

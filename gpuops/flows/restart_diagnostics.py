@@ -54,7 +54,7 @@ from gpuops.tasks.restart_rules import default_rules, load_rules
 
 CURSOR_VARIABLE = "gpuops-restarts-cursor"
 # Events arrive live (the server's events websocket) and are read back once stored, every
-# STORED_READ_EVERY, for what the live stream missed. Events can be stored after later ones
+# STORED_READ_EVERY, for what the live stream missed (`StoredReads`). Events can be stored after later ones
 # (delivery retries, the event persister's batches): the first read of a run, and one every
 # FULL_SCAN_EVERY, looks back OVERLAP behind the cursor; reads in between look back
 # RECENT_OVERLAP. Event ids and restart identities dedupe what is seen twice.
@@ -100,6 +100,49 @@ def _stay_until(me: FlowRun | None, started: datetime, stay_seconds: float,
     if trigger_window_seconds and me is not None and me.created is not None:
         until = max(until, _window_end(me.created, trigger_window_seconds))
     return until
+
+
+class StoredReads:
+    """Reads of this cluster's stored restart events, for what the live stream missed (a
+    dropped connection): one every STORED_READ_EVERY, looking back OVERLAP behind the cursor
+    on the first read and every FULL_SCAN_EVERY, RECENT_OVERLAP in between. The first read
+    is awaited (a new run starts with what came before it); later ones go on beside the
+    batches: a busy server can take a second or more to answer, and live events must not
+    wait for that."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self._last_read: datetime | None = None
+        self._last_full: datetime | None = None
+        self._reading: asyncio.Task | None = None
+
+    @property
+    def busy(self) -> bool:
+        """A read is in flight."""
+        return self._reading is not None
+
+    async def collect(self, cursor: datetime, now: datetime) -> list[Any]:
+        """What a finished read found; a new read is started when one is due."""
+        found: list[Any] = []
+        if self._reading is not None and self._reading.done():
+            found, self._reading = self._reading.result(), None
+        if self._reading is None and (self._last_read is None
+                                      or now - self._last_read >= STORED_READ_EVERY):
+            full = self._last_full is None or now - self._last_full >= FULL_SCAN_EVERY
+            if full:
+                self._last_full = now
+            read = read_restart_events(self.cluster,
+                                       cursor - (OVERLAP if full else RECENT_OVERLAP), now)
+            if self._last_read is None:
+                found += await read
+            else:
+                self._reading = asyncio.create_task(read)
+            self._last_read = now
+        return found
+
+    def cancel(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
 
 
 async def _supersede(me: FlowRun | None, deadline: datetime, log: Any) -> datetime | None:
@@ -170,30 +213,12 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     retry: list[Any] = []  # a failed batch's events
     failures = 0
     quiet_since = last_recovery_check = last_supersede = _now()
-    last_full_scan = last_stored_read = None
-    stored_read: asyncio.Task | None = None  # a read of stored events in flight
+    stored = StoredReads(kube.cluster_name)
     async with LiveRestartEvents(kube.cluster_name, log) as live:
         while _now() < deadline:
             read_until = _now()
             events, retry = live.take() + retry, []  # as the server received them
-            if stored_read is not None and stored_read.done():
-                events += stored_read.result()
-                stored_read = None
-            if stored_read is None and (last_stored_read is None
-                                        or read_until - last_stored_read >= STORED_READ_EVERY):
-                # Stored events too: what the live stream missed (a dropped connection).
-                full = last_full_scan is None or read_until - last_full_scan >= FULL_SCAN_EVERY
-                if full:
-                    last_full_scan = read_until
-                since = cursor - (OVERLAP if full else RECENT_OVERLAP)
-                stored_read = asyncio.create_task(
-                    read_restart_events(kube.cluster_name, since, read_until))
-                if last_stored_read is None:  # a new run starts with what came before it
-                    events += await stored_read
-                    stored_read = None
-                # Later reads go on beside the batches: a busy server can take a second or
-                # more to answer, and live events must not wait for that.
-                last_stored_read = read_until
+            events += await stored.collect(cursor, read_until)
             events = list({str(e.id): e for e in events if str(e.id) not in seen}.values())
             if events:
                 batch_started = time.monotonic()
@@ -222,7 +247,7 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
                 last_recovery_check = _now()
             # Triggered runs queued behind this one need not start: it takes over their
             # windows. Always before stopping, so none is left waiting for a window read.
-            stopping = not events and stored_read is None and _now() >= stay_until \
+            stopping = not events and not stored.busy and _now() >= stay_until \
                 and _now() - quiet_since >= timedelta(seconds=quiet_seconds)
             if stopping or _now() - last_supersede >= SUPERSEDE_EVERY:
                 taken_until = await _supersede(me, deadline, log)
@@ -232,8 +257,7 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
             if stopping:
                 break
             await live.wait(0.5)
-    if stored_read is not None:  # the deadline: the next run reads from the cursor
-        stored_read.cancel()
+    stored.cancel()  # at the deadline: the next run reads from the cursor
     try:
         await reporter.check_recoveries(await load_all_timelines())
     finally:

@@ -116,13 +116,12 @@ class SlackLimits:
                  = log, take: Callable[..., Awaitable[bool]] = take_slots) -> None:
         self.policy, self.log, self._server_take = policy, logger, take
         self._ready = asyncio.Lock()
-        self._known: set[str] = set()
-        self._own: dict[str, LeakyBucket] = {}  # this run's takes, per limit
+        self._own: dict[str, LeakyBucket] = {}  # this run's takes, per limit it has ensured
         self._records: list[asyncio.Task] = []  # takes not yet recorded on the server
 
     async def _ensure(self, names: Sequence[str], per_minute: int) -> None:
         async with self._ready:  # workloads handled at once share the limits
-            missing = [n for n in names if n not in self._known]
+            missing = [n for n in names if n not in self._own]
             if not missing:
                 return
             async with get_client() as client:
@@ -130,7 +129,6 @@ class SlackLimits:
                     with contextlib.suppress(ObjectAlreadyExists):  # another run made it
                         await client.upsert_global_concurrency_limit_by_name(
                             name, per_minute, slot_decay_per_second=per_minute / 60)
-            self._known.update(missing)
             for name in missing:
                 self._own[name] = LeakyBucket(per_minute, per_minute / 60)
 
