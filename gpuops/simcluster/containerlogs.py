@@ -88,10 +88,20 @@ def _image_version(image: str, default: str) -> str:
     return tag if tag[:1].isdigit() else default
 
 
+def _command_lines(prefix: str, spec: ContainerSpec) -> list[str]:
+    """The command line, as an entrypoint that echoes it prints it (`$(VAR)`s already
+    expanded by the kubelet); a value with newlines goes on over several lines."""
+    if not spec.args:
+        return []
+    return (prefix + "command: " + " ".join(spec.args)).split("\n")
+
+
 def start_lines(spec: ContainerSpec, ts: float, ctx: LogContext) -> list[str]:
-    """What a container prints as it starts: always names its image."""
+    """What a container prints as it starts: always names its image; all but vLLM (which
+    prints its own args line) echo their command line."""
     if spec.role == "init":
         return [f"init: starting {spec.name} (image {spec.image})",
+                *_command_lines(f"init: {spec.name}: ", spec),
                 f"init: {spec.name}: preparing /workspace for {ctx.pod}"]
     if spec.workload == "serving":
         t, model = _vllm_ts(ts), model_name(spec)
@@ -108,11 +118,13 @@ def start_lines(spec: ContainerSpec, ts: float, ctx: LogContext) -> list[str]:
                  f"model='{model}', dtype=torch.bfloat16")]
     if spec.workload == "training":
         return [f"[rank{ctx.rank}]: starting {spec.name} from image {spec.image}",
+                *_command_lines(f"[rank{ctx.rank}]: ", spec),
                 (f"[rank{ctx.rank}]: torch 2.7.1+cu128, CUDA available: {spec.gpus > 0}, "
                 f"devices: {spec.gpus}"),
                 (f"[rank{ctx.rank}]: initializing process group backend=nccl "
                 f"rank={ctx.rank}")]
     return [f"{_iso(ts)} INFO starting {spec.name} (image {spec.image})",
+            *_command_lines(f"{_iso(ts)} INFO ", spec),
             f"{_iso(ts)} INFO listening on 0.0.0.0:8080"]
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from . import errors
 from .containerlogs import LogContext
 from .ctrlloop import ControllerLoop
+from .kubeletenv import config_values, container_environment
 from .kubeletfaults import FaultBook, register_kubelet_faults
 from .kubeletnode import NodeInfo, assigned_gpu, record_xid
 from .kubeletspec import ConfigRef, ContainerSpec, pod_spec_view
@@ -90,6 +91,13 @@ class _World:
                 kind = "ConfigMap" if ref.kind == "configmap" else "Secret"
                 return f"couldn't find key {ref.key} in {kind} {pod.namespace}/{ref.name}"
         return None
+
+    def environment(self, pod: PodRuntime, spec: ContainerSpec) -> dict[str, str]:
+        def lookup(ref: ConfigRef) -> dict[str, str] | None:
+            rt = self.k.configmaps if ref.kind == "configmap" else self.k.secrets
+            obj = self.k.store.find(rt, pod.namespace, ref.name)
+            return None if obj is None else config_values(obj, ref.kind)
+        return container_environment(spec.env, spec.env_from, lookup)
 
     def faults(self, pod: PodRuntime, container: str) -> list[Fault]:
         return self.k.book.for_container(pod.key, container)

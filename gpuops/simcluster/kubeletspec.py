@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +92,42 @@ class ConfigRef:
 
 
 @dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str | None = None  # a literal value
+    ref: ConfigRef | None = None  # configMapKeyRef / secretKeyRef (with its key)
+
+
+@dataclass(frozen=True)
+class EnvFrom:
+    ref: ConfigRef  # a whole ConfigMap or Secret
+    prefix: str = ""
+
+
+def parse_env(container: Mapping[str, Any]) -> tuple[tuple[EnvVar, ...], tuple[EnvFrom, ...]]:
+    """The `env` and `envFrom` entries of a container spec."""
+    env: list[EnvVar] = []
+    for entry in container.get("env") or ():
+        value_from = entry.get("valueFrom") or {}
+        ref = None
+        for field_name, kind in (("configMapKeyRef", "configmap"), ("secretKeyRef", "secret")):
+            source = value_from.get(field_name)
+            if source and source.get("name"):
+                ref = ConfigRef(kind, source["name"], source.get("key"))
+        value = entry.get("value")
+        env.append(EnvVar(str(entry.get("name", "")), None if value is None else str(value),
+                          ref))
+    env_from: list[EnvFrom] = []
+    for source in container.get("envFrom") or ():
+        for field_name, kind in (("configMapRef", "configmap"), ("secretRef", "secret")):
+            ref = source.get(field_name)
+            if ref and ref.get("name"):
+                env_from.append(EnvFrom(ConfigRef(kind, ref["name"]),
+                                        str(source.get("prefix") or "")))
+    return tuple(env), tuple(env_from)
+
+
+@dataclass(frozen=True)
 class ContainerSpec:
     name: str
     image: str
@@ -110,6 +147,13 @@ class ContainerSpec:
     startup: Probe | None = None
     config_refs: tuple[ConfigRef, ...] = ()
     args: tuple[str, ...] = ()  # command and args, for the log lines that echo them
+    env: tuple[EnvVar, ...] = ()
+    env_from: tuple[EnvFrom, ...] = ()
+
+    @property
+    def refers_to_env(self) -> bool:
+        """The command line holds `$(VAR)` references the kubelet expands at start."""
+        return any("$(" in a for a in self.args)
 
     def arg(self, flag: str) -> str | None:
         """The value of `--flag value` or `--flag=value` on the command line, if given."""
@@ -250,6 +294,7 @@ def container_spec(raw: dict[str, Any], role: str, annotations: dict[str, str],
     if run is None and role == "init":
         run = DEFAULT_INIT_RUN_SECONDS
     exit_code = _float(annotations, EXIT_CODE, name)
+    env, env_from = parse_env(raw)
     try:
         gpus = int(parse_quantity(limits.get(GPU_RESOURCE) or requests.get(GPU_RESOURCE) or 0))
     except ValueError:
@@ -271,6 +316,8 @@ def container_spec(raw: dict[str, Any], role: str, annotations: dict[str, str],
         startup=_probe(raw.get("startupProbe")),
         config_refs=_config_refs(raw),
         args=tuple(str(a) for a in (raw.get("command") or []) + (raw.get("args") or [])),
+        env=env,
+        env_from=env_from,
     )
 
 

@@ -10,6 +10,7 @@ its next deadline. The store, events and logs are reached only through `World` (
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from . import containerlogs as text
 from .backoff import after_restart, delay_before_restart, go_duration
 from .containerplan import plan_instance, replan
+from .kubeletenv import expand
 from .kubeletspec import PodSpecView
 from .podruntime import (
     INF,
@@ -207,7 +209,11 @@ def _start_instance(pod: PodRuntime, c: ContainerRuntime, t: float, world: World
     out.event("Started", f"Started container {c.name}")
     c.instance = plan_instance(pod, c.spec, cid, t, world)
     c.stage, c.waiting_reason, c.waiting_message = "running", None, None
-    out.log(c.name, t, text.start_lines(c.spec, t, pod.ctx))
+    shown = c.spec  # the command line as the process sees it: `$(VAR)` expanded
+    if c.spec.refers_to_env:
+        env = world.environment(pod, c.spec)
+        shown = dataclasses.replace(c.spec, args=tuple(expand(a, env) for a in c.spec.args))
+    out.log(c.name, t, text.start_lines(shown, t, pod.ctx))
     c.due = c.instance.next_due()
 
 
