@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -133,7 +133,7 @@ def test_simcluster_answers_a_bad_selector_with_400_and_the_same_message():
 ])
 def test_the_restart_filter_skips_on_a_mismatch_or_a_bad_selector(selector, reason):
     restart = fx.evidence(pod_labels={"app": "trainer"})
-    now = datetime.fromisoformat(restart.observed_at) + timedelta(minutes=1)
+    now = restart.observed_at + timedelta(minutes=1)
     # model_construct: a policy saved before selectors were validated on save
     policy = RestartPolicy.model_construct(pod_label_selector=selector)
     assert skip_reason(restart, diagnose(restart), policy, now) == reason

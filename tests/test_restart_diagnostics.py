@@ -471,3 +471,83 @@ def test_slack_trouble_is_retried_and_definite_answers_are_not():
                 _worth_retrying(None, None, failed("channel_not_found")),
                 _worth_retrying(None, None, Failed(data=ConnectionResetError()))]
     assert asyncio.run(in_a_flow_run()) == [True, True, False, True]
+
+
+def _restart_event(cluster: str, pod: str, **evidence) -> object:
+    from tests import restart_fixtures as fx
+
+    ev = fx.evidence(cluster=cluster, pod=pod, pod_uid=f"{cluster}-{pod}", restart_count=1,
+                     workload=fx.Workload(kind="Deployment", name=pod, namespace="ml"),
+                     observed_at=datetime.now(UTC).isoformat())
+    payload = ev.model_dump(mode="json") | evidence
+    return build_event(obj="pod", what="restarted", cluster=cluster, kind="Pod",
+                       namespace=ev.namespace, name=pod, identity=f"{ev.identity}-{uuid.uuid4()}",
+                       payload=payload)
+
+
+def _events_named(name: str, since: datetime) -> list:
+    from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
+
+    async def read() -> list:
+        async with get_client() as c:
+            page = await c.read_events(filter=EventFilter(
+                event=EventNameFilter(name=[name]), occurred=EventOccurredFilter(since=since)),
+                limit=50)
+            return list(page.events)
+    return asyncio.run(read())
+
+
+def test_a_poisoned_restart_event_is_skipped_and_recorded_and_later_restarts_are_reported(
+        prefect_server, sim, slack_fake, caplog):
+    """An event whose payload validates as JSON but carries a time that is not one must not
+    stop the restarts after it: it is rejected once (a log line naming the event and the
+    field, a `gpuops.event.rejected` event without the value), the run's cursor moves past
+    it, and the good restart reaches Slack; the next run does not trip over it again."""
+    from gpuops.tasks.restart_events import read_restart_events
+
+    name = unique_cluster()
+    blocks = save_blocks(sim, slack_fake, name)
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    bad = _restart_event(name, "poisoned", observed_at="not-a-time")
+    good = _restart_event(name, "healthy-after")
+    EventSender().send([bad])
+    EventSender().send([good])
+    wait_for(lambda: len(asyncio.run(read_restart_events(
+        name, since, datetime.now(UTC) + timedelta(minutes=1)))) >= 2,
+        timeout=30, message="both events stored")
+
+    counts = run_flow(blocks)
+
+    assert counts["posted"] == 1 and counts["invalid"] == 1
+    (parent,) = parents(slack_fake)
+    assert "healthy-after" in parent["text"]
+    logged = [r.getMessage() for r in caplog.records if str(bad.id) in r.getMessage()]
+    assert len(logged) == 1 and "observed_at" in logged[0] and "not-a-time" not in logged[0]
+    rejected = wait_for(lambda: _events_named("gpuops.event.rejected", since), timeout=30,
+                        message="the rejection recorded as an event")
+    (record,) = [e for e in rejected if e.payload["event_id"] == str(bad.id)]
+    assert record.resource.id == bad.resource.id
+    assert record.payload["event"] == "gpuops.pod.restarted"
+    assert [p["field"] for p in record.payload["problems"]] == ["observed_at"]
+    assert "not-a-time" not in json.dumps(record.payload)
+    assert run_flow(blocks).get("posted", 0) == 0  # nothing left, and the run does not fail
+
+
+def test_a_restart_event_with_a_time_without_offset_is_taken_as_utc(prefect_server, sim,
+                                                                    slack_fake):
+    """Kubernetes writes times in UTC: a time without an offset is read as UTC, so the
+    restart is reported rather than failing the run on a naive/aware comparison."""
+    from gpuops.tasks.restart_events import read_restart_events
+
+    name = unique_cluster()
+    blocks = save_blocks(sim, slack_fake, name)
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    naive = datetime.now(UTC).replace(tzinfo=None).isoformat()
+    EventSender().send([_restart_event(name, "naive-clock", observed_at=naive)])
+    wait_for(lambda: asyncio.run(read_restart_events(
+        name, since, datetime.now(UTC) + timedelta(minutes=1))), timeout=30,
+        message="the event stored")
+
+    assert run_flow(blocks)["posted"] == 1
+    (parent,) = parents(slack_fake)
+    assert "naive-clock" in parent["text"]

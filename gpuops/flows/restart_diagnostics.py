@@ -47,6 +47,8 @@ from prefect.variables import Variable
 from gpuops.blocks.connections import KubernetesCluster, SlackConnection, load_block
 from gpuops.blocks.restart_policy import RestartPolicy
 from gpuops.common.latest import LatestSaver
+from gpuops.tasks.event_intake import EventIntake
+from gpuops.tasks.evidence import RestartEvidence
 from gpuops.tasks.restart_events import LiveRestartEvents, read_restart_events
 from gpuops.tasks.restart_history import load_all_timelines
 from gpuops.tasks.restart_reporter import RestartReporter
@@ -198,7 +200,10 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
         rules = load_rules(policy.extra_rules_yaml, base=rules)
     conn = await load_block(SlackConnection, slack_block)
     kube = (await load_block(KubernetesCluster, cluster_block)).kube()
-    reporter = RestartReporter(policy, rules, conn, kube)
+    # Events are validated at the edge: a poisoned one is skipped and recorded, and the
+    # cursor moves past it with the rest (event_intake.py).
+    intake = EventIntake(RestartEvidence, log, what="restart evidence")
+    reporter = RestartReporter(policy, rules, conn, kube, intake)
     started = _now()
     context = FlowRunContext.get()
     me = context.flow_run if context else None
@@ -223,7 +228,7 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
             if events:
                 batch_started = time.monotonic()
                 try:
-                    await reporter.handle_batch([(e.payload, str(e.id)) for e in events])
+                    await reporter.handle_batch(intake.accept(events))
                 except Exception as e:
                     # What was posted is in the timelines, so a retry skips it; a standing
                     # run that failed would leave the rest waiting for a new run to start.
@@ -266,5 +271,8 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
         await cursor_saver.flush()
     except Exception as e:  # noqa: BLE001 - the next run re-reads from an older cursor
         log.warning("restart cursor not saved: %s", e)
-    log.info("restart diagnostics: %s", dict(reporter.counts))
-    return dict(reporter.counts)
+    counts = dict(reporter.counts)
+    if intake.rejected:
+        counts["invalid"] = len(intake.rejected)
+    log.info("restart diagnostics: %s", counts)
+    return counts

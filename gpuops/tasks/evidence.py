@@ -2,20 +2,61 @@
 
 The model is the payload of `gpuops.pod.restarted` and the input of the diagnosis: the
 evidence that is about to vanish (the previous container's log, `lastState`, recent events)
-plus the context needed to classify and route it. Validation errors name the field.
+plus the context needed to classify and route it. Validation errors name the field and never
+echo the value (a payload carries logs, which may hold what redaction missed).
+
+Times are parsed here, once, into timezone-aware UTC datetimes (STYLE.md, "parse at the
+boundary"): RFC 3339 / ISO 8601 strings with a date and a time. A time without an offset is
+taken as UTC, as Kubernetes writes every time in UTC; a value that is not a time is refused,
+so the event carrying it is rejected at the edge (`event_intake.py`) instead of failing every
+later use.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 SCHEMA_VERSION = 1
+_HAS_DATE_AND_TIME = re.compile(r"^\s*\d{4}-?\d{2}-?\d{2}[Tt ]\d")
+
+
+def parse_timestamp(value: Any) -> datetime:
+    """An aware UTC datetime from an ISO 8601 string or a datetime; naive means UTC.
+
+    The error never repeats the value: it may be a fragment of a log."""
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str) and _HAS_DATE_AND_TIME.match(value):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError("not an RFC 3339 time (e.g. 2025-06-01T10:00:01Z)") from None
+    else:
+        raise ValueError("not an RFC 3339 time with a date and a time "
+                         "(e.g. 2025-06-01T10:00:01Z)")
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def rfc3339(at: datetime | str | None) -> str:
+    """How gpuops shows a time: `2025-06-01T10:00:01Z` (as Kubernetes does), or "".
+    A string is shown as it is (a model built with `model_copy(update=...)` is unvalidated)."""
+    if not at:
+        return ""
+    if isinstance(at, str):
+        return at
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+#: A point in time, parsed once (see the module docstring).
+Timestamp = Annotated[AwareDatetime, BeforeValidator(parse_timestamp)]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, hide_input_in_errors=True)
 
 
 class TerminatedState(_Model):
@@ -23,8 +64,8 @@ class TerminatedState(_Model):
     exit_code: int | None = None
     signal: int | None = None
     message: str = ""
-    started_at: str | None = None
-    finished_at: str | None = None
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
 
 
 class ContainerState(_Model):
@@ -32,7 +73,7 @@ class ContainerState(_Model):
 
     waiting_reason: str = ""
     waiting_message: str = ""
-    running_since: str | None = None
+    running_since: Timestamp | None = None
     terminated: TerminatedState | None = None
 
 
@@ -41,7 +82,7 @@ class KubeEvent(_Model):
     reason: str = ""
     message: str = ""
     count: int = 1
-    last_seen: str | None = None
+    last_seen: Timestamp | None = None
     source: str = ""
     object_kind: str = ""
     object_name: str = ""
@@ -73,7 +114,7 @@ NodeCondition = Condition  # the name the diagnosis rules use
 class XidEvent(_Model):
     xid: int
     gpu: int | None = None
-    time: str | None = None
+    time: Timestamp | None = None
     message: str = ""
 
 
@@ -127,8 +168,8 @@ class RestartEvidence(_Model):
     node_conditions: list[Condition] = Field(default_factory=list)
     node_xids: list[XidEvent] = Field(default_factory=list)
     restarts_missed: int = 0  # earlier restarts seen only by their count (no evidence left)
-    observed_at: str  # when the API server showed the restart (watch event received)
-    captured_at: str  # when the evidence was complete
+    observed_at: Timestamp  # when the API server showed the restart (watch event received)
+    captured_at: Timestamp  # when the evidence was complete
 
     @property
     def identity(self) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -28,6 +28,8 @@ from gpuops.tasks.evidence import (
     RestartEvidence,
     TerminatedState,
     XidEvent,
+    parse_timestamp,
+    rfc3339,
 )
 from gpuops.tasks.restart_rules import (
     CONDITION_KEYS,
@@ -45,16 +47,15 @@ _MESSAGE_CONTAINER = re.compile(
 _TRACEBACK_HEAD = "Traceback (most recent call last):"
 
 
-def parse_time(value: str | None) -> datetime | None:
-    """An RFC 3339 time from the API server (or None); naive times are taken as UTC."""
+def parse_time(value: datetime | str | None) -> datetime | None:
+    """A time of the evidence (parsed when the evidence was), or an RFC 3339 string such as
+    a timeline's; None when absent or not a time. Naive times are taken as UTC."""
     if not value:
         return None
-    text = value.strip().replace("Z", "+00:00")
     try:
-        parsed = datetime.fromisoformat(text)
+        return parse_timestamp(value)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def quoted(text: str) -> str:
@@ -129,7 +130,7 @@ class RestartFacts:
         in_message = _MESSAGE_CONTAINER.match(event.message)
         return in_message is None or in_message.group(1) == name
 
-    def near(self, when: str | None, window_s: float) -> bool:
+    def near(self, when: datetime | str | None, window_s: float) -> bool:
         """Whether a time is within `window_s` of the termination (unknown times count)."""
         at, ref = parse_time(when), self.reference_time
         if at is None or ref is None:
@@ -213,7 +214,7 @@ def node_condition_line(c: NodeCondition) -> str:
 
 def xid_line(x: XidEvent) -> str:
     gpu = f" on GPU {x.gpu}" if x.gpu is not None else ""
-    at = f" at {x.time}" if x.time else ""
+    at = f" at {rfc3339(x.time)}" if x.time else ""
     return f"node Xid {x.xid}{gpu}{at}" + (f": {x.message}" if x.message else "")
 
 
@@ -284,7 +285,9 @@ def _ran_for_at_most(value: float, facts: RestartFacts, _: float) -> Match | Non
     seconds, t = facts.run_seconds, facts.terminated
     if seconds is None or t is None or seconds > value:
         return None
-    return Match((f"ran {seconds:g} s (startedAt={t.started_at} finishedAt={t.finished_at})",))
+    ran = (f"ran {seconds:g} s (startedAt={rfc3339(t.started_at)} "
+           f"finishedAt={rfc3339(t.finished_at)})")
+    return Match((ran,))
 
 
 @condition("waiting_reason")

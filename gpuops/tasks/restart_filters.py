@@ -32,9 +32,8 @@ def skip_reason(evidence: RestartEvidence, diagnosis: Diagnosis, policy, now: da
         return "exit code 0"
     if policy.ignore_planned and not diagnosis.fault:
         return f"planned ({diagnosis.cause})"
-    observed = datetime.fromisoformat(evidence.observed_at)
-    if now - observed > timedelta(minutes=policy.max_event_age_minutes):
-        return f"stale: observed {observed.isoformat()}"
+    if now - evidence.observed_at > timedelta(minutes=policy.max_event_age_minutes):
+        return f"stale: observed {evidence.observed_at.isoformat()}"
     return None
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from gpuops.common.redact import redact_text
 from gpuops.tasks.diagnose import Diagnosis, exit_meaning
-from gpuops.tasks.evidence import ContainerState, RestartEvidence, Workload
+from gpuops.tasks.evidence import ContainerState, RestartEvidence, Workload, rfc3339
 from gpuops.tasks.restart_conditions import parse_time
 
 SECTION_LIMIT = 3000  # Slack: a section's text
@@ -130,11 +130,11 @@ def _link(url: str | None, label: str) -> str | None:
     return f"<{safe}|{label}>"
 
 
-def _slack_time(iso: str | None) -> str:
+def _slack_time(when: datetime | str | None) -> str:
     """A timestamp each reader sees in their own time zone (with a UTC fallback)."""
-    at = parse_time(iso)
+    at = parse_time(when)
     if at is None:
-        return escape_mrkdwn(iso or "unknown time")
+        return escape_mrkdwn(rfc3339(when) or "unknown time")
     fallback = at.strftime("%Y-%m-%d %H:%M:%S UTC")
     return f"<!date^{int(at.timestamp())}^{{date_short_pretty}} {{time_secs}}|{fallback}>"
 
@@ -365,14 +365,14 @@ def _state_rows(label: str, state: ContainerState) -> list[tuple[str, str]]:
         rows += [(f"{label}.terminated.reason", t.reason), (f"{label}.terminated.exitCode",
                                                            str(t.exit_code)),
                  (f"{label}.terminated.signal", str(t.signal) if t.signal else ""),
-                 (f"{label}.terminated.startedAt", t.started_at or ""),
-                 (f"{label}.terminated.finishedAt", t.finished_at or ""),
+                 (f"{label}.terminated.startedAt", rfc3339(t.started_at)),
+                 (f"{label}.terminated.finishedAt", rfc3339(t.finished_at)),
                  (f"{label}.terminated.message", t.message)]
     if state.waiting_reason:
         rows += [(f"{label}.waiting.reason", state.waiting_reason),
                  (f"{label}.waiting.message", state.waiting_message)]
     if state.running_since:
-        rows.append((f"{label}.running.startedAt", state.running_since))
+        rows.append((f"{label}.running.startedAt", rfc3339(state.running_since)))
     return [(k, v) for k, v in rows if v]
 
 
@@ -402,8 +402,8 @@ def restart_markdown(evidence: RestartEvidence, diagnosis: Diagnosis,
         ("limits", ", ".join(f"{k}={v}" for k, v in ev.limits.items())),
         ("pod phase", ev.pod_phase), ("pod reason", ev.pod_reason),
         ("pod message", ev.pod_message), ("pod deleting", "yes" if ev.pod_deleting else ""),
-        ("workload", f"{w.kind}/{w.name}{rolling}"), ("observed at", ev.observed_at),
-        ("captured at", ev.captured_at),
+        ("workload", f"{w.kind}/{w.name}{rolling}"), ("observed at", rfc3339(ev.observed_at)),
+        ("captured at", rfc3339(ev.captured_at)),
     ]
     out += ["", "## Restart", ""]
     out += _table(["field", "value"], [(k, v) for k, v in facts if v not in ("", None, 0)
@@ -418,7 +418,7 @@ def restart_markdown(evidence: RestartEvidence, diagnosis: Diagnosis,
     for title, events in (("Pod events", ev.pod_events), ("Node events", ev.node_events)):
         out += ["", f"## {title}", ""]
         out += _table(["last seen", "type", "reason", "count", "message"],
-                      [(e.last_seen, e.type, e.reason, e.count, e.message) for e in events]
+                      [(rfc3339(e.last_seen), e.type, e.reason, e.count, e.message) for e in events]
                       ) if events else ["(none)"]
     out += ["", f"## Node conditions ({ev.node or 'no node'})", ""]
     out += _table(["type", "status", "reason", "message"],
@@ -426,7 +426,7 @@ def restart_markdown(evidence: RestartEvidence, diagnosis: Diagnosis,
                   ) if ev.node_conditions else ["(none)"]
     out += ["", "## GPU Xids on the node", ""]
     out += _table(["time", "xid", "gpu", "message"],
-                  [(x.time, x.xid, x.gpu, x.message) for x in ev.node_xids]
+                  [(rfc3339(x.time), x.xid, x.gpu, x.message) for x in ev.node_xids]
                   ) if ev.node_xids else ["(none)"]
     tail, total = clean.log_tail(ev, log_lines)
     where = " (cut at capture: only the end was kept)" if ev.previous_log_truncated else ""
@@ -454,7 +454,7 @@ def timeline_rows(restarts: Sequence[Restart], *, slack_links: Mapping[str, str]
     ordered = sorted(restarts, key=lambda r: (parse_time(r[0].observed_at)
                                               or _NEVER, r[0].restart_count))
     return [{
-        "time": ev.observed_at,
+        "time": rfc3339(ev.observed_at),
         "pod": ev.pod,
         "container": f"{ev.container} ({ev.container_kind})",
         "restartCount": ev.restart_count,

@@ -23,8 +23,8 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.events import Event
 from prefect.runtime import flow_run as runtime_flow_run
-from pydantic import ValidationError
 from slack_sdk.errors import SlackApiError
 
 from gpuops.blocks.connections import SlackConnection
@@ -32,6 +32,7 @@ from gpuops.blocks.restart_policy import RestartPolicy
 from gpuops.common.latest import LatestSaver
 from gpuops.tasks import slack
 from gpuops.tasks.diagnose import Diagnosis, diagnose
+from gpuops.tasks.event_intake import EventIntake, handling_problem
 from gpuops.tasks.evidence import RestartEvidence, Workload
 from gpuops.tasks.kube import Kube
 from gpuops.tasks.restart_filters import route_channel, skip_reason
@@ -124,8 +125,9 @@ class RestartReporter:
     """One run's work: per workload, classify, post or thread, and record the timeline."""
 
     def __init__(self, policy: RestartPolicy, rules: RuleSet, conn: SlackConnection,
-                 kube: Kube) -> None:
+                 kube: Kube, intake: EventIntake[RestartEvidence]) -> None:
         self.policy, self.rules, self.conn, self.kube = policy, rules, conn, kube
+        self.intake = intake  # where a restart that cannot be handled is rejected
         self.log = get_run_logger()
         self.limits = SlackLimits(policy, self.log)
         self.timelines: dict[str, Timeline] = {}
@@ -155,14 +157,12 @@ class RestartReporter:
             self.timelines[workload_key] = await load_timeline(workload_key)
         return self.timelines[workload_key]
 
-    async def handle_batch(self, events: Sequence[tuple[dict, str]]) -> None:
-        """Handle (payload, event id) pairs; raise after the others if one workload failed
-        (its restarts stay unrecorded, so the next run handles them)."""
-        by_workload: dict[str, list[RestartEvidence]] = defaultdict(list)
-        for payload, event_id in events:
-            evidence = self._validated(payload, event_id)
-            if evidence is not None:
-                by_workload[evidence.workload_key].append(evidence)
+    async def handle_batch(self, restarts: Sequence[tuple[RestartEvidence, Event]]) -> None:
+        """Handle validated restarts (`EventIntake.accept`); raise after the others if one
+        workload failed (its restarts stay unrecorded, so the next run handles them)."""
+        by_workload: dict[str, list[tuple[RestartEvidence, Event]]] = defaultdict(list)
+        for evidence, event in restarts:
+            by_workload[evidence.workload_key].append((evidence, event))
         gate = asyncio.Semaphore(WORKLOADS_AT_ONCE)
 
         async def bounded(work: Any) -> Any:
@@ -183,33 +183,29 @@ class RestartReporter:
         if errors:
             raise errors[0]
 
-    def _validated(self, payload: dict, event_id: str) -> RestartEvidence | None:
-        try:
-            return RestartEvidence.model_validate(payload)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            self.log.error("event %s rejected: invalid restart evidence: %s: %s", event_id,
-                           where, first["msg"])
-            self.counts["invalid"] += 1
-            return None
-
-    async def _plan(self, workload_key: str, found: list[RestartEvidence]) -> _WorkloadPlan:
+    async def _plan(self, workload_key: str, found: list[tuple[RestartEvidence, Event]]
+                    ) -> _WorkloadPlan:
         """Classify a workload's new restarts: skipped ones, and one group per cause with
-        the thread and channel its message goes to."""
+        the thread and channel its message goes to. A restart whose classification fails
+        is rejected (it would fail the same way every time), not the batch."""
         timeline = await self.timeline(workload_key)
         now = _now()
         plan = _WorkloadPlan(timeline)
         by_cause: dict[str, list[tuple[RestartEvidence, Diagnosis, TimelineRow]]] = {}
-        for evidence in sorted(found, key=lambda e: (e.observed_at, e.restart_count)):
+        for evidence, event in sorted(found, key=lambda f: (f[0].observed_at,
+                                                             f[0].restart_count)):
             if timeline.has(evidence.identity) or any(
                     e.identity == evidence.identity for e, _ in plan.handled):
                 self.counts["duplicate"] += 1
                 continue
-            diagnosis = diagnose(evidence, self.rules)
+            try:
+                diagnosis = diagnose(evidence, self.rules)
+                row = _row(evidence, diagnosis)
+                why_not = skip_reason(evidence, diagnosis, self.policy, now)
+            except Exception as e:  # noqa: BLE001 - pure code on this event's content
+                self.intake.reject(event, handling_problem("classifying the restart", e))
+                continue
             plan.handled.append((evidence, diagnosis))
-            row = _row(evidence, diagnosis)
-            why_not = skip_reason(evidence, diagnosis, self.policy, now)
             if why_not:
                 row.reported = f"skipped: {why_not}"
                 plan.skipped.append(row)
@@ -343,7 +339,7 @@ class RestartReporter:
 
 
 def _row(evidence: RestartEvidence, diagnosis: Diagnosis) -> TimelineRow:
-    return TimelineRow(time=evidence.observed_at, identity=evidence.identity,
+    return TimelineRow(time=evidence.observed_at.isoformat(), identity=evidence.identity,
                        pod=evidence.pod, container=evidence.container,
                        container_kind=evidence.container_kind,
                        restart_count=evidence.restart_count, cause=diagnosis.cause,
