@@ -7,6 +7,10 @@ can see what gpuops posted (`GET /_fake/messages`, `GET /_fake/calls`), and it c
 rate-limit a method (`POST /_fake/ratelimit`) or fail it (`POST /_fake/fail`) to exercise
 retry handling.
 
+A person reads it as a small Slack at `/`: channels, threads, messages rendered from their
+Block Kit, and buttons that send a signed `block_actions` click to the real receiver as a
+local user (`slackfake_web`).
+
 Run it with `python -m gpuops.deployments.slackfake --port P`, or in-process with
 `await start_slack_fake(host, port)`.
 """
@@ -14,82 +18,31 @@ Run it with `python -m gpuops.deployments.slackfake --port P`, or in-process wit
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
-TEAM_ID = "T0GPUOPS"
-BOT_USER_ID = "U0GPUOPSBOT"
-BOT_ID = "B0GPUOPSBOT"
-
-# Fields kept only for inspection through /_fake/messages, not part of Slack's message shape.
-_INTERNAL_FIELDS = ("channel", "updates", "ephemeral_to")
-
-
-class SlackError(Exception):
-    """An `ok: false` answer; `code` is Slack's error string (`message_not_found`, ...)."""
-
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-@dataclass
-class RateLimit:
-    remaining: int
-    retry_after_s: int
-
-
-@dataclass
-class Failure:
-    remaining: int
-    error: str
-
-
-@dataclass
-class SlackFakeState:
-    """Everything the fake remembers; `POST /_fake/reset` clears it."""
-
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    files: dict[str, dict[str, Any]] = field(default_factory=dict)
-    usergroups: dict[str, list[str]] = field(default_factory=dict)
-    ratelimits: dict[str, RateLimit] = field(default_factory=dict)
-    failures: dict[str, Failure] = field(default_factory=dict)
-    _last_ts_us: int = 0
-    _file_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-
-    def next_ts(self) -> str:
-        """A Slack timestamp (`seconds.micros`) from the wall clock, strictly increasing."""
-        now_us = max(int(time.time() * 1_000_000), self._last_ts_us + 1)
-        self._last_ts_us = now_us
-        return f"{now_us // 1_000_000}.{now_us % 1_000_000:06d}"
-
-    def new_file_id(self) -> str:
-        return f"F{next(self._file_ids):08d}"
-
-    def clear(self) -> None:
-        """Forget messages, calls, files and limits; timestamps keep increasing across resets."""
-        for recorded in (self.messages, self.calls, self.files, self.usergroups, self.ratelimits,
-                         self.failures):
-            recorded.clear()
-
-    def find_message(self, channel: str, ts: str) -> dict[str, Any]:
-        for message in self.messages:
-            if message["channel"] == channel and message["ts"] == ts and not message[
-                "ephemeral_to"
-            ]:
-                return message
-        raise SlackError("message_not_found")
-
-    def channel_messages(self, channel: str) -> list[dict[str, Any]]:
-        return [m for m in self.messages if m["channel"] == channel and not m["ephemeral_to"]]
-
+from gpuops.deployments.slackfake_state import (
+    BOT_ID,
+    BOT_USER_ID,
+    CONFIG,
+    DEFAULT_LOCAL_USER,
+    STATE,
+    TEAM_ID,
+    Failure,
+    InteractionConfig,
+    RateLimit,
+    SlackError,
+    SlackFakeState,
+    public_message,
+)
+from gpuops.deployments.slackfake_web import add_page_routes
 
 Args = dict[str, Any]
 Handler = Callable[[SlackFakeState, Args, web.Request], dict[str, Any]]
@@ -113,45 +66,17 @@ def _json_field(args: Args, name: str) -> Any:
     return value
 
 
-def _public(message: dict[str, Any]) -> dict[str, Any]:
-    """A message as Slack's API shows it: no inspection-only fields, no empty optionals."""
-    return {k: v for k, v in message.items() if k not in _INTERNAL_FIELDS and v not in (None, [])}
-
-
 def _origin(request: web.Request) -> str:
     return f"{request.scheme}://{request.host}"
 
 
 def _new_message(state: SlackFakeState, args: Args, channel: str) -> dict[str, Any]:
     thread_ts = args.get("thread_ts") or None
-    return {
-        "type": "message",
-        "channel": channel,
-        "ts": state.next_ts(),
-        "thread_ts": str(thread_ts) if thread_ts else None,
-        "user": BOT_USER_ID,
-        "bot_id": BOT_ID,
-        "text": args.get("text") or "",
-        "blocks": _json_field(args, "blocks"),
-        "attachments": _json_field(args, "attachments"),
-        "metadata": _json_field(args, "metadata"),
-        "reply_broadcast": str(args.get("reply_broadcast", "")).lower() in ("true", "1") or None,
-        "files": [],
-        "updates": [],
-        "ephemeral_to": None,
-    }
-
-
-def _add_message(state: SlackFakeState, message: dict[str, Any]) -> None:
-    state.messages.append(message)
-    if message["thread_ts"] and not message["ephemeral_to"]:
-        try:
-            parent = state.find_message(message["channel"], message["thread_ts"])
-        except SlackError:
-            return  # Slack accepts a reply to a thread it cannot show; so do we
-        parent["thread_ts"] = parent["ts"]
-        parent["reply_count"] = parent.get("reply_count", 0) + 1
-        parent["latest_reply"] = message["ts"]
+    return state.new_message(
+        channel, text=args.get("text") or "", blocks=_json_field(args, "blocks"),
+        attachments=_json_field(args, "attachments"), metadata=_json_field(args, "metadata"),
+        thread_ts=str(thread_ts) if thread_ts else None,
+        reply_broadcast=str(args.get("reply_broadcast", "")).lower() in ("true", "1"))
 
 
 def auth_test(state: SlackFakeState, args: Args, request: web.Request) -> dict[str, Any]:
@@ -164,30 +89,25 @@ def chat_post_message(state: SlackFakeState, args: Args, request: web.Request) -
     if not (args.get("text") or args.get("blocks") or args.get("attachments")):
         raise SlackError("no_text")
     message = _new_message(state, args, channel)
-    _add_message(state, message)
-    return {"ok": True, "channel": channel, "ts": message["ts"], "message": _public(message)}
+    state.add_message(message)
+    return {"ok": True, "channel": channel, "ts": message["ts"], "message": public_message(message)}
 
 
 def chat_update(state: SlackFakeState, args: Args, request: web.Request) -> dict[str, Any]:
     channel = _required(args, "channel", "channel_not_found")
     message = state.find_message(channel, _required(args, "ts", "message_not_found"))
-    message["updates"].append({
-        "text": message["text"], "blocks": message["blocks"],
-        "attachments": message["attachments"], "replaced_at": state.next_ts(),
-    })
-    for name in ("text", "blocks", "attachments", "metadata"):
-        if name in args:
-            message[name] = args[name] if name == "text" else _json_field(args, name)
-    message["edited"] = {"user": BOT_USER_ID, "ts": message["updates"][-1]["replaced_at"]}
+    state.update_message(message, {
+        name: args[name] if name == "text" else _json_field(args, name)
+        for name in ("text", "blocks", "attachments", "metadata") if name in args})
     return {"ok": True, "channel": channel, "ts": message["ts"], "text": message["text"],
-            "message": _public(message)}
+            "message": public_message(message)}
 
 
 def chat_post_ephemeral(state: SlackFakeState, args: Args, request: web.Request) -> dict[str, Any]:
     channel = _required(args, "channel", "channel_not_found")
     message = _new_message(state, args, channel)
     message["ephemeral_to"] = _required(args, "user", "user_not_in_channel")
-    _add_message(state, message)
+    state.add_message(message)
     return {"ok": True, "message_ts": message["ts"]}
 
 
@@ -202,7 +122,7 @@ def chat_get_permalink(state: SlackFakeState, args: Args, request: web.Request) 
 
 def _limited(messages: list[dict[str, Any]], args: Args) -> tuple[list[dict[str, Any]], bool]:
     limit = int(args.get("limit") or 100)
-    return [_public(m) for m in messages[:limit]], len(messages) > limit
+    return [public_message(m) for m in messages[:limit]], len(messages) > limit
 
 
 def conversations_replies(
@@ -268,7 +188,7 @@ def files_complete_upload_external(
     for channel in channels:
         message = _new_message(state, {**args, "text": args.get("initial_comment") or ""}, channel)
         message["files"] = [dict(f) for f in done]  # keeps content: visible in /_fake/messages
-        _add_message(state, message)
+        state.add_message(message)
     return {"ok": True, "files": [_public_file(f) for f in done]}
 
 
@@ -312,9 +232,6 @@ METHODS: dict[str, Handler] = {
     "users.info": users_info,
     "usergroups.users.list": usergroups_users_list,
 }
-
-STATE = web.AppKey("state", SlackFakeState)
-
 
 async def _request_args(request: web.Request) -> Args:
     """Query string, then a JSON or form body: slack_sdk uses all three depending on method."""
@@ -433,9 +350,10 @@ async def set_usergroup(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
-def build_app() -> web.Application:
+def build_app(config: InteractionConfig | None = None) -> web.Application:
     app = web.Application()
     app[STATE] = SlackFakeState()
+    app[CONFIG] = config or InteractionConfig()
     app.router.add_route("*", "/api/{method}", handle_api_call)
     app.router.add_post("/_fake/upload/{file_id}", handle_upload)
     app.router.add_get("/_fake/messages", list_messages)
@@ -444,28 +362,94 @@ def build_app() -> web.Application:
     app.router.add_post("/_fake/ratelimit", set_ratelimit)
     app.router.add_post("/_fake/fail", set_failure)
     app.router.add_post("/_fake/usergroups", set_usergroup)
+    add_page_routes(app)
     return app
 
 
-async def start_slack_fake(host: str = "127.0.0.1", port: int = 0) -> tuple[web.AppRunner, str]:
+def _secret(value: str | SecretStr | None) -> SecretStr | None:
+    if isinstance(value, str):
+        return SecretStr(value) if value else None
+    return value
+
+
+async def start_slack_fake(host: str = "127.0.0.1", port: int = 0, *,
+                           signing_secret: str | SecretStr | None = None,
+                           interactions_url: str | None = None,
+                           local_user: str = DEFAULT_LOCAL_USER) -> tuple[web.AppRunner, str]:
     """Serve the fake on the running loop; returns the runner (`await runner.cleanup()` to
-    stop) and the `base_url` for `slack_sdk.WebClient`."""
-    runner = web.AppRunner(build_app(), access_log=None)
+    stop) and the `base_url` for `slack_sdk.WebClient`. With a signing secret and the
+    receiver's URL, the page's buttons send signed clicks there as `local_user`."""
+    config = InteractionConfig(signing_secret=_secret(signing_secret),
+                               interactions_url=interactions_url or None, local_user=local_user)
+    runner = web.AppRunner(build_app(config), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     bound_port = runner.addresses[0][1]
     return runner, f"http://{host}:{bound_port}/api/"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Local fake of the Slack Web API")
+class SlackFakeSettings(BaseSettings):
+    """What the fake's page needs to send clicks; `GPUOPS_SLACK_<FIELD>` in the environment.
+
+    The same variables configure the receiver, so one secret serves both ends."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUOPS_SLACK_", extra="ignore")
+
+    signing_secret: SecretStr | None = Field(
+        None, description="The receiver's signing secret; the page signs clicks with it.")
+    interactions_url: str | None = Field(
+        None, description="The receiver's URL for clicks (Slack's Interactivity Request URL).",
+        examples=["http://127.0.0.1:3000/slack/events"])
+    local_user: str = Field(DEFAULT_LOCAL_USER,
+                            description="The Slack user id the page clicks as.")
+
+
+def interaction_config(argv: list[str] | None = None) -> tuple[argparse.Namespace,
+                                                               InteractionConfig]:
+    """Command-line flags over `GPUOPS_SLACK_*` variables. The secret is read from a file or
+    the environment, never from a flag: a command line is visible to every local user."""
+    settings = SlackFakeSettings()
+    parser = argparse.ArgumentParser(description="Local fake of the Slack Web API, with a page")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--signing-secret-file", type=Path,
+                        help="file holding the receiver's signing secret "
+                             "(default: $GPUOPS_SLACK_SIGNING_SECRET)")
+    parser.add_argument("--interactions-url", default=settings.interactions_url,
+                        help="where the page sends clicks (default: "
+                             "$GPUOPS_SLACK_INTERACTIONS_URL)")
+    parser.add_argument("--local-user", default=settings.local_user,
+                        help=f"Slack user id the page clicks as (default: "
+                             f"$GPUOPS_SLACK_LOCAL_USER or {DEFAULT_LOCAL_USER})")
     options = parser.parse_args(argv)
-    web.run_app(build_app(), host=options.host, port=options.port, access_log=None,
-                print=lambda _: print(
-                    f"slack fake serving at http://{options.host}:{options.port}/api/",
-                    flush=True))
+    secret = settings.signing_secret
+    if options.signing_secret_file:
+        try:
+            secret = _secret(options.signing_secret_file.read_text().strip())
+        except OSError as e:
+            parser.error(f"--signing-secret-file {str(options.signing_secret_file)!r}: "
+                         f"{e.strerror}")
+    try:
+        config = InteractionConfig(signing_secret=secret,
+                                   interactions_url=options.interactions_url or None,
+                                   local_user=options.local_user)
+    except ValueError as e:
+        parser.error(str(e))
+    return options, config
+
+
+def main(argv: list[str] | None = None) -> None:
+    options, config = interaction_config(argv)
+    origin = f"http://{options.host}:{options.port}"
+
+    def announce(_: str) -> None:
+        print(f"slack fake serving at {origin}/api/", flush=True)
+        clicks = (f"clicks go to {config.interactions_url} as {config.local_user}"
+                  if config.why_disabled is None else "buttons disabled (no receiver)")
+        print(f"slack page at {origin}/ ({clicks})", flush=True)
+
+    web.run_app(build_app(config), host=options.host, port=options.port, access_log=None,
+                print=announce)
 
 
 if __name__ == "__main__":
