@@ -33,6 +33,7 @@ from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.deployments.services import free_port, start_slack_fake_server
 from gpuops.deployments.slackfake import start_slack_fake
+from gpuops.deployments.slackfake_mrkdwn import mrkdwn_to_html
 from gpuops.sensors.slack_receiver import build_receiver, serve_http
 from gpuops.tasks.approval_blocks import ApprovalRequest, request_blocks
 from tests.helpers import wait_for
@@ -639,3 +640,18 @@ def real_receiver(conn: SlackConnection, policy: ApprovalPolicy) -> Any:
     if "policy" in inspect.signature(build_receiver).parameters:
         return build_receiver(conn, policy)  # type: ignore[call-arg]
     return build_receiver(conn)
+
+
+@pytest.mark.parametrize(("mrkdwn", "html"), [
+    ("snake_case_names stay plain", "snake_case_names stay plain"),
+    ("2*3*4 is arithmetic", "2*3*4 is arithmetic"),
+    ("*bold _and italic_* ~gone~", "<b>bold <i>and italic</i></b> <s>gone</s>"),
+    ("*<@U1>* approved", '<b><span class="mention">@U1</span></b> approved'),
+    ("&amp;lt; is how Slack writes &lt;", "&amp;lt; is how Slack writes &lt;"),
+    ("`*not bold*` and ```_not italic_```", "<code>*not bold*</code> and <pre>_not italic_</pre>"),
+    ("<javascript:alert(1)|click>", "click"),
+    ("<!subteam^S123|@ops> and <#C1|ops>",
+     '<span class="mention">@ops</span> and <span class="mention">#ops</span>'),
+])
+def test_mrkdwn_reads_as_slack_shows_it(mrkdwn: str, html: str) -> None:
+    assert mrkdwn_to_html(mrkdwn) == html
