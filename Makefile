@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 APT    := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 
-.PHONY: venv install prometheus up test bench
+.PHONY: venv install prometheus chromium up test bench
 
 venv install: $(STAMP)
 
@@ -32,11 +32,19 @@ prometheus:
 	  $(APT) update -qq && $(APT) install -y -qq prometheus; \
 	fi
 
+# Headless Chromium and its driver, for the Slack page's browser test.
+chromium:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+	  echo "chromium: $$(command -v chromium)"; \
+	else \
+	  $(APT) update -qq && $(APT) install -y -qq chromium chromium-driver; \
+	fi
+
 up: install prometheus
 	$(BIN)/gpuops up $(ARGS)
 
 # Runs every check and fails if any failed, so one report shows everything.
-test: install prometheus
+test: install prometheus chromium
 	@status=0; \
 	$(BIN)/lint-imports || status=1; \
 	$(BIN)/pytest -q --timeout=300 || status=1; \
