@@ -82,7 +82,8 @@ class Env:
 def _save_blocks(sim, slack_fake, suffix: str, **policy: Any) -> dict[str, str]:
     names = {"cluster_block": f"cluster-{suffix}", "slack_block": f"slack-{suffix}",
              "policy_block": f"policy-{suffix}"}
-    policy = {"timeout_s": 120, "poll_interval_s": 1, "expiry_grace_s": 60, **policy}
+    policy = {"approvers": [ALICE], "approver_group": "SOPS", "channel": "#ops",
+              "timeout_s": 120, "poll_interval_s": 1, "expiry_grace_s": 60, **policy}
 
     async def save() -> None:
         await KubernetesCluster(cluster_name="test", kubeconfig_path=str(sim.kubeconfig)
@@ -90,8 +91,7 @@ def _save_blocks(sim, slack_fake, suffix: str, **policy: Any) -> dict[str, str]:
         await SlackConnection(bot_token="xoxb-test-token", signing_secret=SIGNING_SECRET,
                               base_url=slack_fake.base_url, default_channel="#ops"
                               ).save(names["slack_block"], overwrite=True)
-        await ApprovalPolicy(approvers=[ALICE], approver_group="SOPS", channel="#ops",
-                             **policy).save(names["policy_block"], overwrite=True)
+        await ApprovalPolicy(**policy).save(names["policy_block"], overwrite=True)
 
     asyncio.run(save())
     return names
@@ -108,9 +108,8 @@ def make_env(sim, slack_fake, **policy_options: Any) -> Env:
     slack_fake.post("/_fake/usergroups", {"usergroup": "SOPS", "users": [BOB]})
     conn = SlackConnection(bot_token="xoxb-test-token", signing_secret=SIGNING_SECRET,
                            base_url=slack_fake.base_url)
-    policy = ApprovalPolicy(approvers=[ALICE], approver_group="SOPS")
     port = free_port()
-    runner = slack_fake.loop.run(serve_http(build_receiver(conn, policy), "127.0.0.1", port))
+    runner = slack_fake.loop.run(serve_http(build_receiver(conn), "127.0.0.1", port))
     slack_fake.loop.on_stop(runner.cleanup)
     v1 = client.CoreV1Api(sim.api)
     v1.create_node({"metadata": {"name": "gpu-1", "labels": {"gpuops.io/pool": "h100"}},

@@ -7,11 +7,14 @@ default built from `GPUOPS_*` environment settings, used when no Block document 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr
 
 from gpuops.common.settings import AwsSettings, KubeSettings, SlackSettings, get_settings
+
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 
 class KubernetesCluster(Block):
@@ -49,10 +52,13 @@ class SlackConnection(Block):
     _description = "The Slack app gpuops posts with and receives approvals through."
 
     bot_token: SecretStr = Field(description="Bot user OAuth token.", examples=["xoxb-..."])
-    signing_secret: SecretStr = Field(description="Signing secret used to verify requests.")
+    signing_secret: SecretStr | None = Field(None, description="Signing secret used to verify "
+                                             "requests; the Slack receiver needs it, posting "
+                                             "does not.")
     app_token: SecretStr | None = Field(None, description="App-level token for Socket Mode.",
                                         examples=["xapp-..."])
-    base_url: str | None = Field(None, description="Web API base URL; only for a local fake.",
+    base_url: str | None = Field(None, description="Web API base URL; only for a local fake "
+                                 "(on this machine: 127.0.0.1, ::1 or localhost).",
                                  examples=["http://127.0.0.1:8765/api/"])
     default_channel: str = Field("#gpuops", description="Channel used when no route matches.")
 
@@ -62,12 +68,18 @@ class SlackConnection(Block):
         return cls(bot_token=s.bot_token, signing_secret=s.signing_secret,
                    app_token=s.app_token, base_url=s.base_url, default_channel=s.channel)
 
+    @property
+    def uses_local_fake(self) -> bool:
+        """Does this talk to a Slack fake on this machine rather than to Slack? Only a
+        `base_url` on a loopback host says so, never the token."""
+        host = urlsplit(self.base_url).hostname if self.base_url else None
+        return host in LOOPBACK_HOSTS
+
     def secrets(self) -> list[str]:
         """Secret values, for redaction of anything that could echo them."""
-        values = [self.bot_token.get_secret_value(), self.signing_secret.get_secret_value()]
-        if self.app_token:
-            values.append(self.app_token.get_secret_value())
-        return values
+        values = (s.get_secret_value() for s in (self.bot_token, self.signing_secret,
+                                                  self.app_token) if s is not None)
+        return [v for v in values if v]
 
 
 class AwsConnection(Block):

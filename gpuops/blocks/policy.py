@@ -15,7 +15,10 @@ class ApprovalPolicy(Block):
 
     approvers: list[str] = Field(default_factory=list, description="Slack user IDs allowed "
                                  "to approve or reject. Empty (and no group): approvals "
-                                 "come only from the Prefect UI.", examples=[["U0123ABCD"]])
+                                 "come only from the Prefect UI. Each request records "
+                                 "them and this Block's name; a click must be allowed by "
+                                 "both the record and this Block as it is at click time.",
+                                 examples=[["U0123ABCD"]])
     approver_group: str | None = Field(None, description="A Slack user group ID whose "
                                        "members may approve.", examples=["S0123ABCD"])
     channel: str = Field("#gpuops-approvals", description="Channel approval requests go to.")
@@ -35,3 +38,10 @@ class ApprovalPolicy(Block):
     @classmethod
     def from_settings(cls) -> ApprovalPolicy:
         return cls()
+
+    @property
+    def saved_as(self) -> str | None:
+        """The name of the Block document this policy was loaded from (None when it was
+        built in code or from settings): a request names it so that the Slack receiver
+        re-reads it at click time."""
+        return self._block_document_name

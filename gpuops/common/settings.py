@@ -27,8 +27,9 @@ class SlackSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUOPS_SLACK_", extra="ignore")
 
     bot_token: SecretStr = Field(SecretStr("xoxb-local-fake"), description="Bot token.")
-    signing_secret: SecretStr = Field(SecretStr("local-signing-secret"),
-                                      description="Signing secret for request verification.")
+    signing_secret: SecretStr | None = Field(
+        None, description="The Slack app's signing secret; the Slack receiver verifies every "
+        "click with it and refuses to start without one (there is no default).")
     app_token: SecretStr | None = Field(None, description="App-level token for Socket Mode.")
     base_url: str | None = Field(None, description="Web API base URL (a local fake in dev).")
     channel: str = Field("#gpuops", description="Default channel.")

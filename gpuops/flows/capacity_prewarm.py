@@ -38,7 +38,7 @@ from gpuops.common.errors import TemporaryError
 from gpuops.common.settings import PrometheusSettings, get_settings
 from gpuops.tasks import capacity_report as report
 from gpuops.tasks.actions import SafeAction, hold_targets, perform, publish_actions_artifact
-from gpuops.tasks.approval import request_approval
+from gpuops.tasks.approval import not_approved_message, request_approval
 from gpuops.tasks.approval_blocks import ApprovalRequest
 from gpuops.tasks.aws import Aws
 from gpuops.tasks.aws_actions import prewarm_actions
@@ -174,8 +174,7 @@ async def capacity_prewarm(dry_run: bool = False, config_block: str = "", aws_bl
         if not approval.approved:
             await publish_actions_artifact()
             return Completed(name="NotApproved", data={**summary, "applied": False},
-                             message=f"Not approved by {approval.approver}: "
-                             f"{approval.comment}; nothing was applied.")
+                             message=not_approved_message(approval))
     await _apply(needed, dry_run)
     await publish_actions_artifact()
     verb = "would change" if dry_run else "changed"

@@ -17,7 +17,7 @@ from gpuops.blocks.connections import KubernetesCluster, SlackConnection, load_b
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.errors import KubeTooManyRequests
 from gpuops.tasks.actions import hold_targets, perform, publish_actions_artifact
-from gpuops.tasks.approval import request_approval
+from gpuops.tasks.approval import not_approved_message, request_approval
 from gpuops.tasks.approval_blocks import ApprovalRequest
 from gpuops.tasks.drain import plan_drain
 from gpuops.tasks.kube_actions import CordonNode, EvictPod
@@ -43,8 +43,7 @@ async def drain_node(node: str, reason: str = "maintenance", evict: bool = True,
             targets=(f"node/{node}",)), policy=policy, slack_conn=slack_conn)
         if not approval.approved:
             await publish_actions_artifact()
-            return Completed(name="NotApproved", message=f"Not approved by "
-                             f"{approval.approver}: {approval.comment}; nothing was applied.")
+            return Completed(name="NotApproved", message=not_approved_message(approval))
     async with hold_targets([f"node/{node}"]) if not dry_run else nullcontext():
         await perform(CordonNode(kube, node), dry_run=dry_run)
         blocked = []

@@ -2,7 +2,8 @@
 
 A run that suspends for approval (tasks/approval.py) has no process left to notice its
 deadline, and the server would only fail it once the suspension expires. The sweeper lists
-Suspended flow runs, reads the request record each one kept when it asked, and resumes those
+Suspended flow runs, reads the request record each one kept when it asked
+(tasks/approval_record.py), and resumes those
 past their deadline with `Approval(approved=False, approver="timeout")`. The re-run then ends
 exactly as a paused run that timed out: Slack message updated, `gpuops.approval.timed-out`
 emitted, a NotApproved state. Runs suspended by anything but a gpuops approval have no
@@ -27,10 +28,10 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType
 from prefect.exceptions import FlowPauseTimeout, NotPausedError
-from prefect.input.actions import aread_flow_run_input
 
-from gpuops.tasks.approval import asked_input_key, resume_approval, timed_out
+from gpuops.tasks.approval import resume_approval, timed_out
 from gpuops.tasks.approval_blocks import AskedApproval
+from gpuops.tasks.approval_record import asked_input_key, read_asked_approval
 
 log = logging.getLogger("gpuops.sensors.approvals")
 
@@ -62,14 +63,14 @@ async def suspended_approvals() -> list[SuspendedApproval]:
         key = run.state.state_details.pause_key if run.state else None
         if not key:
             continue
-        data = await aread_flow_run_input(asked_input_key(key), flow_run_id=run.id)
-        if data is None:
-            continue
         try:
-            found.append(SuspendedApproval(run.id, key, AskedApproval.from_json(data)))
+            asked = await read_asked_approval(run.id, key)
         except (KeyError, TypeError, ValueError) as e:  # one bad record must not stop the rest
             log.warning("flow run %s: unreadable approval record %r: %s", run.id,
                         asked_input_key(key), e)
+            continue
+        if asked is not None:
+            found.append(SuspendedApproval(run.id, key, asked))
     return found
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
 
 from gpuops.blocks.connections import KubernetesCluster, SlackConnection
-from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.common.errors import ConfigError
 from gpuops.sensors.cluster_watcher import ClusterWatcher
 
 log = logging.getLogger("gpuops.sensors")
@@ -47,25 +48,35 @@ def run_cluster_watcher(*, cluster_block: str = "", state_file: Path | None = No
 def run_slack_receiver(*, host: str = "127.0.0.1", port: int = 3000, slack_block: str = "",
                        policy_block: str = "", socket_mode: bool = False,
                        sweep_interval_s: float = 15.0) -> None:
+    """Serve Slack clicks until a signal. Exits with status 2 and one line when the Slack
+    connection has no signing secret. `policy_block` is ignored: who may decide comes from
+    each request's record (sensors/slack_receiver.py), never from the receiver."""
     from gpuops.sensors.approval_sweeper import run_sweeper
     from gpuops.sensors.slack_receiver import build_receiver, serve_http, serve_socket_mode
 
     conn = _load(SlackConnection, slack_block)
-    policy = _load(ApprovalPolicy, policy_block)
+    if policy_block:
+        log.warning("--policy-block %r is ignored: each approval request records who may "
+                    "decide it", policy_block)
+    try:
+        receiver = build_receiver(conn)
+    except ConfigError as e:
+        print(f"gpuops sensor slack: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
 
     async def main() -> None:
-        app = build_receiver(conn, policy)
         sweeper = asyncio.create_task(run_sweeper(sweep_interval_s))
         try:
             if socket_mode:
                 if conn.app_token is None:
                     raise SystemExit("Socket Mode needs an app-level token (SlackConnection."
                                      "app_token / GPUOPS_SLACK_APP_TOKEN)")
-                await serve_socket_mode(app, conn.app_token.get_secret_value())
+                await serve_socket_mode(receiver, conn.app_token.get_secret_value())
                 return
-            runner = await serve_http(app, host, port)
-            print(f"Slack receiver listening on http://{host}:{port}/slack/events "
-                  f"(approval sweeper every {sweep_interval_s:.0f} s)", flush=True)
+            runner = await serve_http(receiver, host, port)
+            against = "the local Slack fake" if conn.uses_local_fake else "Slack"
+            print(f"Slack receiver listening on http://{host}:{port}/slack/events for "
+                  f"{against} (approval sweeper every {sweep_interval_s:.0f} s)", flush=True)
             stop = asyncio.Event()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 asyncio.get_running_loop().add_signal_handler(sig, stop.set)

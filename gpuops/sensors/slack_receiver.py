@@ -1,12 +1,22 @@
 """The Slack actions receiver: an Approve/Reject click resumes the waiting flow run, paused
 or suspended alike (a suspended run is a Paused-type state named "Suspended").
 
-slack-bolt verifies every request's signature and timestamp (forged or older than 5 min:
-401). On top of that this receiver rejects replays (the same signed request twice), checks
-the clicker against the policy's allow-list, and resumes the run only if it is still paused
-on that very approval. It acks at once (Slack wants an answer within 3 s) and does the rest
-after. HTTP mode serves Bolt's aiohttp app; Socket Mode connects out for clusters with no
-ingress.
+At the HTTP door, before Bolt sees a byte: a request must be signed with the Slack app's
+signing secret and fresh (else 401), not a replay of one already seen (401), and a click on
+a gpuops button (else 400, one log line). The receiver refuses to start without a signing
+secret: there is no default one.
+
+Who may decide comes from the request, never from the receiver: the run recorded, when it
+asked, the message it posted and its policy's approvers (tasks/approval_record.py). A click
+counts only if that record exists, was posted as the very message clicked (channel + ts,
+so a button naming another run is refused), and names the clicker, directly or through
+the Slack user group (read at click time); if the request names its policy Block, the
+Block as it is now must admit the clicker too. A record from a gpuops that did not record
+approvers admits nobody. Refusals change nothing and tell the clicker why (ephemeral).
+Then the run is resumed only if it is still paused on that very approval.
+
+Bolt acks at once (Slack wants an answer within 3 s) and the rest happens after. HTTP mode
+serves the door on aiohttp; Socket Mode connects out for clusters with no ingress.
 """
 
 from __future__ import annotations
@@ -24,24 +34,37 @@ from uuid import UUID
 from aiohttp import web
 from prefect.client.orchestration import get_client
 from prefect.exceptions import NotPausedError, ObjectNotFound
-from slack_bolt.async_app import AsyncApp, AsyncBoltContext
-from slack_bolt.response import BoltResponse
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
+from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.common.errors import ConfigError
+from gpuops.sensors.slack_interaction import (
+    Click,
+    MalformedInteraction,
+    parse_click_payload,
+    parse_click_request,
+)
 from gpuops.tasks.approval import resume_approval
 from gpuops.tasks.approval_blocks import (
     APPROVE_ACTION,
     REJECT_ACTION,
+    Approvers,
+    AskedApproval,
     decision_blocks,
-    parse_button_value,
     verdict_text,
 )
+from gpuops.tasks.approval_record import read_asked_approval
 
 log = logging.getLogger("gpuops.sensors.slack")
 
 ResumeFn = Callable[[UUID, dict[str, Any]], Awaitable[None]]
+SIGNING_SECRET_SETTING = "GPUOPS_SLACK_SIGNING_SECRET"
 
 
 class ReplayGuard:
@@ -63,6 +86,24 @@ class ReplayGuard:
         return True
 
 
+class Refused(Exception):
+    """A click that changes nothing; the message tells the person who clicked why."""
+
+
+def signing_secret_of(conn: SlackConnection) -> str:
+    """The secret every request must be signed with; a `ConfigError` naming the setting
+    when there is none."""
+    secret = conn.signing_secret.get_secret_value() if conn.signing_secret else ""
+    if secret:
+        return secret
+    where = ("the local Slack fake: `gpuops up` generates one per install and passes it "
+             "to both" if conn.uses_local_fake else "your Slack app's Signing Secret "
+             "(api.slack.com/apps → your app → Basic Information → App Credentials)")
+    raise ConfigError(SIGNING_SECRET_SETTING, "is not set, and the Slack receiver verifies "
+                      "every click with it (there is no default). Set it, or the Slack "
+                      f"connection Block's `signing_secret`, to the secret of {where}.")
+
+
 async def _paused_on(flow_run_id: UUID, key: str) -> tuple[bool, str]:
     """Is the run paused or suspended on this approval key? Also returns the state name for
     messages."""
@@ -79,86 +120,179 @@ async def _paused_on(flow_run_id: UUID, key: str) -> tuple[bool, str]:
     return False, state.name or state.type.value
 
 
-def build_receiver(conn: SlackConnection, policy: ApprovalPolicy, *,
-                   resume: ResumeFn | None = None) -> AsyncApp:
-    client = AsyncWebClient(token=conn.bot_token.get_secret_value(),
-                            **({"base_url": conn.base_url} if conn.base_url else {}))
-    app = AsyncApp(client=client, signing_secret=conn.signing_secret.get_secret_value(),
-                   process_before_response=False)
-    replays = ReplayGuard()
-    locks: dict[str, asyncio.Lock] = {}
-    do_resume: ResumeFn = resume or resume_approval
+async def _current_policy(name: str) -> ApprovalPolicy:
+    try:
+        return await ApprovalPolicy.aload(name)
+    except (ValueError, ObjectNotFound) as e:
+        raise Refused(f"This request's approval policy Block {name!r} no longer exists, so "
+                      "nobody can decide it from Slack; nothing was done.") from e
 
-    @app.middleware
-    async def reject_replays(req: Any, resp: BoltResponse, next: Callable) -> Any:
-        signature = req.headers.get("x-slack-signature", [""])[0]
-        if signature and not replays.first_time(signature):
-            log.warning("rejected a replayed Slack request")
-            return BoltResponse(status=401, body="replayed request")
-        return await next()
 
-    async def allowed(user_id: str) -> bool:
-        if user_id in policy.approvers:
-            return True
-        if policy.approver_group:
-            resp = await client.usergroups_users_list(usergroup=policy.approver_group)
-            return user_id in (resp.get("users") or [])
-        return False
+class SlackReceiver:
+    """The Bolt app that answers clicks, and the HTTP door in front of it."""
 
-    @app.action(re.compile(f"^({APPROVE_ACTION}|{REJECT_ACTION})$"))
-    async def on_click(ack: Callable, body: dict, action: dict,
-                       context: AsyncBoltContext) -> None:
-        await ack()
-        user = body["user"]["id"]
-        channel = body["channel"]["id"]
-        message = body.get("message") or {}
-        approved = action["action_id"] == APPROVE_ACTION
+    def __init__(self, conn: SlackConnection, *, resume: ResumeFn | None = None) -> None:
+        secret = signing_secret_of(conn)
+        self._verifier = SignatureVerifier(secret)
+        self.client = AsyncWebClient(token=conn.bot_token.get_secret_value(),
+                                     **({"base_url": conn.base_url} if conn.base_url else {}))
+        self.bolt = AsyncApp(client=self.client, signing_secret=secret,
+                             process_before_response=False)
+        self._replays = ReplayGuard()
+        self._locks: dict[UUID, asyncio.Lock] = {}
+        self._resume: ResumeFn = resume or resume_approval
+        self.bolt.action(re.compile(f"^({APPROVE_ACTION}|{REJECT_ACTION})$"))(self._on_click)
 
-        async def tell(text: str) -> None:
-            await client.chat_postEphemeral(channel=channel, user=user, text=text)
+    # --- the HTTP door ---------------------------------------------------------------------
 
+    async def handle_http(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        timestamp = request.headers.get("X-Slack-Request-Timestamp")
+        signature = request.headers.get("X-Slack-Signature", "")
+        if not self._signed(body, timestamp, signature):
+            log.warning("refused a Slack request with a missing, wrong or stale signature")
+            return web.Response(status=401, text="invalid signature")
+        if not self._replays.first_time(signature):
+            log.warning("refused a replayed Slack request")
+            return web.Response(status=401, text="replayed request")
         try:
-            run_id, key = parse_button_value(action["value"])
-            flow_run_id = UUID(run_id)
-        except (ValueError, KeyError):
-            await tell("This button does not belong to a gpuops approval.")
+            parse_click_request(body, request.content_type)
+        except MalformedInteraction as e:
+            log.warning("refused a malformed Slack interaction: %s", e)
+            return web.Response(status=400, text=f"not a gpuops approval click: {e}")
+        bolt_request = AsyncBoltRequest(body=body.decode(), query=request.query_string,
+                                        headers=dict(request.headers))
+        return await to_aiohttp_response(await self.bolt.async_dispatch(bolt_request))
+
+    def _signed(self, body: bytes, timestamp: str | None, signature: str) -> bool:
+        try:
+            return self._verifier.is_valid(body, timestamp, signature)
+        except ValueError:  # a timestamp that is not a number
+            return False
+
+    def web_app(self, path: str = "/slack/events") -> web.Application:
+        app = web.Application()
+        app.router.add_post(path, self.handle_http)
+        return app
+
+    # --- a click ---------------------------------------------------------------------------
+
+    async def _on_click(self, ack: Callable[[], Awaitable[None]], body: dict) -> None:
+        await ack()
+        try:
+            click = parse_click_payload(body)
+        except MalformedInteraction as e:  # Socket Mode has no door in front
+            log.warning("ignored a malformed Slack interaction: %s", e)
             return
-        if not await allowed(user):
-            log.info("user %s is not allowed to approve run %s", user, run_id)
-            await tell("You are not on the approvers list for this change; nothing was done.")
+        try:
+            asked = await self._checked_request(click)
+            verdict = await self._decide(click)
+        except Refused as refusal:
+            await self._tell(click, str(refusal))
             return
-        lock = locks.setdefault(run_id, asyncio.Lock())
-        async with lock:
-            paused, state = await _paused_on(flow_run_id, key)
+        await self._show(asked, verdict)
+
+    async def _checked_request(self, click: Click) -> AskedApproval:
+        """The request's record, if the click may decide it; else `Refused`."""
+        try:
+            asked = await read_asked_approval(click.flow_run_id, click.key)
+        except (KeyError, TypeError, ValueError) as e:
+            log.warning("flow run %s: unreadable approval record %r: %s", click.flow_run_id,
+                        click.key, e)
+            raise Refused("This approval request's record is unreadable; nothing was done. "
+                          "Answer it in the Prefect UI.") from e
+        if asked is None:
+            raise Refused("gpuops has no record of this approval request, so nobody can "
+                          "decide it from Slack; nothing was done. If it was posted a moment "
+                          "ago, try again in a few seconds.")
+        if not asked.posted_as(click.channel, click.message_ts):
+            log.warning("refused a click by %s in message %s/%s: its button names approval "
+                        "%r of flow run %s, which was posted as %s/%s", click.user,
+                        click.channel, click.message_ts, click.key, click.flow_run_id,
+                        asked.channel, asked.ts)
+            raise Refused("This button does not belong to the message it is in; nothing "
+                          "was done.")
+        if asked.approvers is None:
+            raise Refused("This request was made by an older gpuops that did not record "
+                          "its approvers, so nobody can decide it from Slack; nothing was "
+                          "done. Answer it in the Prefect UI.")
+        await self._require_admitted(asked.approvers, click.user)
+        if asked.approvers.policy_block:
+            policy = await _current_policy(asked.approvers.policy_block)
+            await self._require_admitted(Approvers(users=tuple(policy.approvers),
+                                                   group=policy.approver_group), click.user)
+        return asked
+
+    async def _require_admitted(self, approvers: Approvers, user: str) -> None:
+        if not approvers.users and not approvers.group:
+            raise Refused("This request's approval policy names no Slack approvers, so it "
+                          "can only be answered in the Prefect UI; nothing was done.")
+        if user in approvers.users:
+            return
+        if approvers.group and user in await self._group_members(approvers.group):
+            return
+        log.info("user %s is not an approver of this request", user)
+        raise Refused("You are not on the approvers list for this change; nothing was done.")
+
+    async def _group_members(self, group: str) -> set[str]:
+        try:
+            resp = await self.client.usergroups_users_list(usergroup=group)
+        except SlackApiError as e:  # an unreadable group admits nobody
+            log.warning("could not read Slack user group %s: %s", group,
+                        e.response.get("error"))
+            return set()
+        return set(resp.get("users") or [])
+
+    async def _decide(self, click: Click) -> str:
+        """Resume the run with the click's answer; the verdict to show in the message."""
+        async with self._locks.setdefault(click.flow_run_id, asyncio.Lock()):
+            paused, state = await _paused_on(click.flow_run_id, click.key)
             if not paused:
-                await tell(f"This approval is no longer waiting (the run is {state}); "
-                           "nothing was changed.")
-                return
+                raise Refused(f"This approval is no longer waiting (the run is {state}); "
+                              "nothing was changed.")
             try:
-                await do_resume(flow_run_id, {"approved": approved, "approver": user,
-                                              "comment": "via Slack"})
-            except NotPausedError:
-                await tell("Someone else answered first; nothing was changed.")
-                return
+                await self._resume(click.flow_run_id, {"approved": click.approved,
+                                                       "approver": click.user,
+                                                       "comment": "via Slack"})
+            except NotPausedError as e:
+                raise Refused("Someone else answered first; nothing was changed.") from e
         when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-        verdict = verdict_text(approved, user, when)
-        await client.chat_update(channel=channel, ts=message.get("ts", ""), text=verdict,
-                                 blocks=decision_blocks(message.get("blocks") or [], verdict))
+        return verdict_text(click.approved, click.user, when)
 
-    return app
+    async def _tell(self, click: Click, text: str) -> None:
+        try:
+            await self.client.chat_postEphemeral(channel=click.channel, user=click.user,
+                                                 text=text)
+        except SlackApiError as e:
+            log.warning("could not tell %s in %s why nothing was done (%s): %s", click.user,
+                        click.channel, e.response.get("error"), text)
+
+    async def _show(self, asked: AskedApproval, verdict: str) -> None:
+        """Show the decision at once (the run writes it too, when it carries on)."""
+        try:
+            await self.client.chat_update(channel=asked.channel, ts=asked.ts, text=verdict,
+                                          blocks=decision_blocks(list(asked.blocks), verdict))
+        except SlackApiError as e:
+            log.warning("could not show the decision in Slack message %s/%s (%s); the run "
+                        "has it", asked.channel, asked.ts, e.response.get("error"))
 
 
-async def serve_http(app: AsyncApp, host: str = "127.0.0.1", port: int = 3000,
+def build_receiver(conn: SlackConnection, *, resume: ResumeFn | None = None) -> SlackReceiver:
+    """The receiver for this Slack connection (`ConfigError` without a signing secret)."""
+    return SlackReceiver(conn, resume=resume)
+
+
+async def serve_http(receiver: SlackReceiver, host: str = "127.0.0.1", port: int = 3000,
                      path: str = "/slack/events") -> web.AppRunner:
-    """Serve Bolt's aiohttp app on a chosen interface (Bolt's own start() binds 0.0.0.0)."""
-    runner = web.AppRunner(app.web_app(path=path, port=port), access_log=None)
+    """Serve the receiver's door on a chosen interface (Bolt's own start() binds 0.0.0.0)."""
+    runner = web.AppRunner(receiver.web_app(path), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner
 
 
-async def serve_socket_mode(app: AsyncApp, app_token: str) -> None:
+async def serve_socket_mode(receiver: SlackReceiver, app_token: str) -> None:
     """Socket Mode: Slack pushes interactions over a websocket we open (no ingress needed)."""
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-    await AsyncSocketModeHandler(app, app_token).start_async()
+    await AsyncSocketModeHandler(receiver.bolt, app_token).start_async()

@@ -1,23 +1,31 @@
 """Approvals: one input model, one way to ask, whether the answer comes from Slack or the UI.
 
-The flow run posts a Block Kit message with Approve/Reject buttons, then waits with
-`wait_for_input=Approval`. The Slack receiver (sensors/slack_receiver.py) or a person in
-the Prefect UI resumes it with an `Approval`. A timeout is a "no" either way:
+The flow run posts a Block Kit message with Approve/Reject buttons, then writes the
+request's record (tasks/approval_record.py): the message it was posted as and who may
+decide, as its policy says at that moment. Only then does it wait, with
+`wait_for_input=Approval`. The Slack receiver (sensors/slack_receiver.py) checks a click
+against that record and resumes the run with an `Approval`; a person in the Prefect UI
+resumes it with the same form (a name is required). A timeout is a "no" either way:
 
 - Short waits pause (`pause_flow_run`): the process stays, enforces its own deadline
   (`anyio.fail_after`) a little before the server's pause expiry, resumes itself with a
   rejection and ends cleanly, instead of the server failing the run.
 - Waits longer than the policy's `suspend_after_s` suspend (`suspend_flow_run`): the process
-  exits and the run starts again from the top when answered. What the run asked is kept as
-  a flow run input (on the server, so a re-run on another worker finds it): the re-run
-  posts nothing twice, and an approval given for a plan that has since changed is not
-  applied. No process waits, so the approval sweeper (sensors/approval_sweeper.py) resumes
-  overdue runs with the same timeout "no".
+  exits and the run starts again from the top when answered. The re-run finds the record
+  (on the server, so a re-run on another worker finds it): it posts nothing twice, and an
+  approval given for a plan that has since changed is not applied. No process waits, so
+  the approval sweeper (sensors/approval_sweeper.py) resumes overdue runs with the same
+  timeout "no". Prefect's ERROR line for a suspension is logged at INFO
+  (tasks/suspension_log.py).
+
+The decision is then written into the request's Slack message. A request can outlive that
+message (Slack was reset since it asked, e.g. a restarted local fake): the decision is
+still recorded in the run, a warning names the message, and a "yes" is not applied, since
+the approval trail it belongs to is gone; the run ends NotApproved and says to ask again.
 """
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -29,24 +37,22 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.responses import SetStateStatus
 from prefect.context import FlowRunContext
 from prefect.events import emit_event
-from prefect.exceptions import FlowPauseTimeout, NotPausedError, PrefectHTTPStatusError
+from prefect.exceptions import FlowPauseTimeout, NotPausedError
 from prefect.flow_runs import asuspend_flow_run, pause_flow_run
 from prefect.input import RunInput
-from prefect.input.actions import (
-    acreate_flow_run_input,
-    adelete_flow_run_input,
-    aread_flow_run_input,
-)
 from prefect.input.run_input import keyset_from_base_key
 from prefect.runtime import flow_run as runtime_flow_run
 from pydantic import Field
+from slack_sdk.errors import SlackApiError
 
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.redact import redact_text
 from gpuops.tasks import slack
 from gpuops.tasks.approval_blocks import (
+    APPROVAL_KEY,
     ApprovalRequest,
+    Approvers,
     AskedApproval,
     decision_blocks,
     plan_changed_text,
@@ -55,19 +61,29 @@ from gpuops.tasks.approval_blocks import (
     timeout_text,
     verdict_text,
 )
+from gpuops.tasks.approval_record import (
+    asked_input_key,
+    keep_asked_approval,
+    read_asked_approval,
+)
+from gpuops.tasks.suspension_log import log_suspensions_as_info
 
 TIMEOUT_APPROVER = "timeout"
-PLAN_CHANGED_APPROVER = "gpuops"
-ASKED_INPUT_PREFIX = "gpuops-approval-"  # + approval key: the AskedApproval of a suspended run
-_KEY = re.compile(r"[A-Za-z0-9-]+")  # flow run input keys allow nothing else
+GPUOPS_APPROVER = "gpuops"  # gpuops itself did not apply a "yes" (plan changed, message gone)
+MESSAGE_GONE_ERRORS = ("message_not_found", "channel_not_found")
+
+
+Decision = tuple["Approval", str, str]  # the answer, the event's outcome, the Slack verdict
 
 
 class Approval(RunInput):
     """The answer to an approval request (the Prefect UI shows this as the resume form)."""
 
     approved: bool = Field(False, description="Approve the change?")
-    approver: str = Field("", description="Who decided: a Slack user ID, or your name.")
-    comment: str = Field("", description="Why (optional).")
+    approver: str = Field(min_length=1, pattern=r"\S", description="Your name (required): "
+                          "who decided. From Slack, the user ID of the person who clicked.")
+    comment: str = Field("", description="Why (optional; shown in Slack and in the run's "
+                         "state).")
 
 
 def timed_out(timeout_s: int) -> Approval:
@@ -75,8 +91,16 @@ def timed_out(timeout_s: int) -> Approval:
                     comment=f"no answer within {timeout_s} s")
 
 
-def asked_input_key(key: str) -> str:
-    return f"{ASKED_INPUT_PREFIX}{key}"
+def not_approved_message(approval: Approval) -> str:
+    """The state message of a run whose change was not approved: who said no, and why."""
+    if approval.approver == TIMEOUT_APPROVER:
+        return f"Not approved: {approval.comment} (timeout); nothing was applied."
+    if approval.approver == GPUOPS_APPROVER:
+        return f"Not applied: {approval.comment}; nothing was applied."
+    who = (f"by {approval.approver}" if approval.approver.strip()
+           else "in the Prefect UI (no name given)")
+    why = f": {approval.comment}" if approval.comment else " (no reason given)"
+    return f"Rejected {who}{why}; nothing was applied."
 
 
 async def resume_approval(flow_run_id: UUID, answer: dict[str, Any]) -> None:
@@ -108,8 +132,19 @@ def post_approval_request(conn: SlackConnection, channel: str, title: str,
 @task(retries=3, retry_delay_seconds=2, task_run_name="record-approval-decision",
       cache_policy=NO_CACHE)
 def record_decision(conn: SlackConnection, message: slack.PostedMessage, blocks: list[dict],
-                    verdict: str) -> None:
-    slack.update_message(conn, message, verdict, decision_blocks(blocks, verdict))
+                    verdict: str) -> bool:
+    """Show the decision in the request's message; False when that message is gone."""
+    try:
+        slack.update_message(conn, message, verdict, decision_blocks(blocks, verdict))
+    except SlackApiError as e:
+        error = e.response.get("error")
+        if error not in MESSAGE_GONE_ERRORS:
+            raise
+        get_run_logger().warning(
+            "the approval request's Slack message (channel %s, ts %s) no longer exists (%s): "
+            "the decision is recorded in this run only", message.channel, message.ts, error)
+        return False
+    return True
 
 
 def _ui_description(request: ApprovalRequest) -> str:
@@ -133,12 +168,13 @@ def _redacted(request: ApprovalRequest, secrets: list[str]) -> ApprovalRequest:
 async def request_approval(request: ApprovalRequest, *, policy: ApprovalPolicy,
                            slack_conn: SlackConnection, key: str = "approval") -> Approval:
     """Ask for approval in Slack and in the UI; wait; return the decision (never raises on
-    rejection or timeout: the caller decides what a "no" means). A suspending wait exits
-    the process the first time (Prefect's `Pause` signal) and returns on the re-run."""
+    rejection or timeout: the caller decides what a "no" means, `not_approved_message`
+    says it). A suspending wait exits the process the first time (Prefect's `Pause`
+    signal) and returns on the re-run."""
     context = FlowRunContext.get()
     if context is None or context.flow_run is None:
         raise RuntimeError("request_approval must be called inside a flow run")
-    if not _KEY.fullmatch(key):
+    if not APPROVAL_KEY.fullmatch(key):
         raise ValueError(f"approval key {key!r} may hold only letters, digits and dashes")
     flow_run_id = context.flow_run.id
     request = _redacted(request, slack_conn.secrets())
@@ -157,22 +193,36 @@ async def request_approval(request: ApprovalRequest, *, policy: ApprovalPolicy,
     if asked is None:
         asked = _ask(request, digest, policy=policy, slack_conn=slack_conn,
                      flow_run_id=str(flow_run_id), key=key)
-        if suspend:
-            await _keep(flow_run_id, key, asked)
+        await keep_asked_approval(flow_run_id, key, asked)  # before anyone can be waited for
         emit_event("gpuops.approval.requested", resource=resource,
                    payload={"title": request.title, "targets": list(request.targets),
                             "channel": asked.channel, "ts": asked.ts})
     form = Approval.with_initial_data(description=_ui_description(request), approved=False)
     if suspend:
-        approval, outcome, verdict = await _wait_suspended(form, key, policy, asked, digest)
+        decision = await _wait_suspended(form, key, policy, asked, digest)
     else:
-        approval, outcome, verdict = await _wait_paused(form, str(flow_run_id), key, policy)
-    record_decision(slack_conn, slack.PostedMessage(asked.channel, asked.ts),
-                    list(asked.blocks), verdict)
+        decision = await _wait_paused(form, str(flow_run_id), key, policy)
+    approval, outcome = _shown_in_slack(slack_conn, asked, decision)
     emit_event(f"gpuops.approval.{outcome}", resource=resource,
                payload={"approver": approval.approver, "comment": approval.comment,
                         "title": request.title})
     return approval
+
+
+def _shown_in_slack(slack_conn: SlackConnection, asked: AskedApproval,
+                    decision: Decision) -> tuple[Approval, str]:
+    """Write the decision into the request's message; a "yes" whose message is gone is
+    not applied (see the module docstring)."""
+    approval, outcome, verdict = decision
+    shown = record_decision(slack_conn, slack.PostedMessage(asked.channel, asked.ts),
+                            list(asked.blocks), verdict)
+    if shown or not approval.approved:
+        return approval, outcome
+    return Approval(approved=False, approver=GPUOPS_APPROVER, comment=(
+        f"the approval by {approval.approver} was not applied: the request's Slack message "
+        f"(channel {asked.channel}, ts {asked.ts}) no longer exists (Slack was reset since "
+        "the run asked, e.g. a restarted local Slack fake); start a new run to ask again")
+    ), "message-gone"
 
 
 def _ask(request: ApprovalRequest, digest: str, *, policy: ApprovalPolicy,
@@ -182,7 +232,10 @@ def _ask(request: ApprovalRequest, digest: str, *, policy: ApprovalPolicy,
     message = post_approval_request(slack_conn, policy.channel, request.title, blocks)
     return AskedApproval(channel=message.channel, ts=message.ts, blocks=tuple(blocks),
                          digest=digest, timeout_s=policy.timeout_s,
-                         deadline=datetime.now(UTC) + timedelta(seconds=policy.timeout_s))
+                         deadline=datetime.now(UTC) + timedelta(seconds=policy.timeout_s),
+                         approvers=Approvers(users=tuple(policy.approvers),
+                                             group=policy.approver_group,
+                                             policy_block=policy.saved_as))
 
 
 async def _asked_before(flow_run_id: UUID, key: str) -> AskedApproval | None:
@@ -193,33 +246,17 @@ async def _asked_before(flow_run_id: UUID, key: str) -> AskedApproval | None:
         run = await client.read_flow_run(flow_run_id)
     if key not in (run.empirical_policy.pause_keys or set()):
         return None
-    data = await aread_flow_run_input(asked_input_key(key), flow_run_id=flow_run_id)
-    if data is None:
+    asked = await read_asked_approval(flow_run_id, key)
+    if asked is None:
         raise RuntimeError(f"approval {key!r} of flow run {flow_run_id} was already asked "
                            f"in this attempt, but its request record "
                            f"{asked_input_key(key)!r} is missing; nothing was applied. Use "
                            "one key per approval in a flow, or start a new run to ask again.")
-    return AskedApproval.from_json(data)
-
-
-async def _keep(flow_run_id: UUID, key: str, asked: AskedApproval) -> None:
-    try:
-        await acreate_flow_run_input(asked_input_key(key), asked.to_json(),
-                                     flow_run_id=flow_run_id)
-    except PrefectHTTPStatusError as e:
-        if e.response.status_code != 409:
-            raise
-        # An earlier attempt's record (the flow was retried): this attempt asked anew.
-        await adelete_flow_run_input(asked_input_key(key), flow_run_id=flow_run_id)
-        await acreate_flow_run_input(asked_input_key(key), asked.to_json(),
-                                     flow_run_id=flow_run_id)
+    return asked
 
 
 def _as_plain(answer: Approval) -> Approval:
     return Approval(approved=answer.approved, approver=answer.approver, comment=answer.comment)
-
-
-Decision = tuple[Approval, str, str]  # the answer, the event's outcome, the Slack verdict
 
 
 def _decided(approval: Approval, timeout_s: int) -> Decision:
@@ -232,6 +269,7 @@ def _decided(approval: Approval, timeout_s: int) -> Decision:
 
 async def _wait_suspended(form: type[Approval], key: str, policy: ApprovalPolicy,
                           asked: AskedApproval, digest: str) -> Decision:
+    log_suspensions_as_info()
     approval = _as_plain(await asuspend_flow_run(
         wait_for_input=form, key=key, timeout=policy.timeout_s + policy.expiry_grace_s))
     if approval.approved and asked.digest != digest:
@@ -241,7 +279,7 @@ async def _wait_suspended(form: type[Approval], key: str, policy: ApprovalPolicy
         # A "no" stands as given: it is a "no" for either plan.
         get_run_logger().warning("approval %r by %s was for a different plan; not applying",
                                  key, approval.approver)
-        return (Approval(approved=False, approver=PLAN_CHANGED_APPROVER,
+        return (Approval(approved=False, approver=GPUOPS_APPROVER,
                          comment=f"the plan changed while waiting; the approval by "
                                  f"{approval.approver} was for the plan as it was"),
                 "plan-changed", plan_changed_text(approval.approver, _now()))

@@ -1,17 +1,21 @@
 """Approval requests as data (pure): Block Kit for requests and decisions, the digest of
-what was asked, and the record a suspended run keeps of its request."""
+what was asked, and the record every request keeps: the message it was posted as and who
+may decide it."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 SECTION_LIMIT = 2900  # Slack caps a section's text at 3,000 characters
 APPROVE_ACTION = "gpuops_approve"
 REJECT_ACTION = "gpuops_reject"
+APPROVAL_KEY = re.compile(r"[A-Za-z0-9-]+")  # flow run input keys allow nothing else
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,26 @@ def button_value(flow_run_id: str, key: str) -> str:
     return json.dumps({"flow_run_id": flow_run_id, "key": key}, separators=(",", ":"))
 
 
-def parse_button_value(value: str) -> tuple[str, str]:
-    data = json.loads(value)
-    return str(data["flow_run_id"]), str(data["key"])
+def parse_button_value(value: str) -> tuple[UUID, str]:
+    """The flow run and approval key a button names; `ValueError` or `TypeError` saying
+    what is wrong when the value is not one `button_value` made (extra fields are
+    ignored)."""
+    try:
+        data = json.loads(value)
+    except (TypeError, json.JSONDecodeError) as e:
+        raise ValueError("the button value is not JSON") from e
+    if not isinstance(data, dict):
+        raise TypeError("the button value is not a JSON object")
+    run_id, key = data.get("flow_run_id"), data.get("key")
+    try:
+        flow_run_id = UUID(run_id) if isinstance(run_id, str) else None
+    except ValueError:
+        flow_run_id = None
+    if flow_run_id is None:
+        raise ValueError("the button value's flow_run_id is not a UUID")
+    if not isinstance(key, str) or not APPROVAL_KEY.fullmatch(key):
+        raise ValueError("the button value's key is not an approval key")
+    return flow_run_id, key
 
 
 def request_blocks(request: ApprovalRequest, *, flow_run_id: str, key: str,
@@ -105,10 +126,40 @@ def request_digest(request: ApprovalRequest) -> str:
 
 
 @dataclass(frozen=True)
+class Approvers:
+    """Who may decide a request, as its run's policy said when it asked: Slack user IDs,
+    a Slack user group (its members are read when someone clicks), and the name of the
+    policy Block it came from, if any (re-read when someone clicks: a person removed from
+    it since can no longer decide)."""
+
+    users: tuple[str, ...] = ()
+    group: str | None = None
+    policy_block: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"users": list(self.users), "group": self.group,
+                "policy_block": self.policy_block}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Approvers:
+        users = data.get("users") or []
+        if not isinstance(users, list):
+            raise TypeError(f"approvers.users {users!r} is not a list")
+        return cls(users=tuple(str(u) for u in users), group=data.get("group") or None,
+                   policy_block=data.get("policy_block") or None)
+
+
+@dataclass(frozen=True)
 class AskedApproval:
-    """What a run keeps of a request it posted, while suspended: its re-run must not post
-    again, must not apply an answer given for a different plan, and the sweeper must know
-    when silence becomes a "no"."""
+    """The record a run keeps of a request it posted (written right after posting, before
+    anyone can be waited for): the receiver checks a click against the message it was
+    posted as and the approvers it names; a re-run after a suspension must not post again
+    nor apply an answer given for a different plan; the sweeper must know when silence
+    becomes a "no".
+
+    `approvers` is None in a record written by a gpuops that did not record them: nobody
+    can decide such a request from Slack (the receiver refuses; the Prefect UI still can).
+    """
 
     channel: str
     ts: str
@@ -116,17 +167,27 @@ class AskedApproval:
     digest: str
     deadline: datetime  # aware; no answer by then is a "no"
     timeout_s: int
+    approvers: Approvers | None = None
+
+    def posted_as(self, channel: str, ts: str) -> bool:
+        """Is this the request shown in that Slack message?"""
+        return (self.channel, self.ts) == (channel, ts)
 
     def to_json(self) -> dict[str, Any]:
-        return {"channel": self.channel, "ts": self.ts, "blocks": list(self.blocks),
+        data = {"channel": self.channel, "ts": self.ts, "blocks": list(self.blocks),
                 "digest": self.digest, "deadline": self.deadline.isoformat(),
                 "timeout_s": self.timeout_s}
+        if self.approvers is not None:
+            data["approvers"] = self.approvers.to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AskedApproval:
         deadline = datetime.fromisoformat(data["deadline"])
         if deadline.tzinfo is None:
             raise ValueError(f"approval deadline {data['deadline']!r} has no time zone")
+        approvers = data.get("approvers")
         return cls(channel=str(data["channel"]), ts=str(data["ts"]),
                    blocks=tuple(data.get("blocks") or ()), digest=str(data["digest"]),
-                   deadline=deadline, timeout_s=int(data["timeout_s"]))
+                   deadline=deadline, timeout_s=int(data["timeout_s"]),
+                   approvers=None if approvers is None else Approvers.from_json(approvers))
