@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -18,7 +19,8 @@ from typing import Any
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.client.schemas.objects import FlowRun, Log
 from prefect.events.clients import get_events_subscriber
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.flow_runs import resume_flow_run
@@ -47,12 +49,14 @@ SUSPENDING = {"timeout_s": 120, "suspend_after_s": 60}  # a wait above 60 s susp
 @pytest.fixture(scope="module")
 def served(prefect_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """drain-node served as a deployment in its own process, polling every second (its
-    output, and its flow runs', goes to `runner.log` in the test's temporary directory)."""
+    output, and its flow runs', goes to `runner.log` in the test's temporary directory;
+    the flow runs' logs also go to the Prefect server, as with `gpuops up`)."""
     code = ("from gpuops.flows.drain_node import drain_node; "
             "drain_node.serve(name='suspend-test', print_starting_message=False)")
     log = (tmp_path_factory.mktemp("runner") / "runner.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-c", code],
-                            env={**os.environ, "PREFECT_RUNNER_POLL_FREQUENCY": "1"},
+                            env={**os.environ, "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+                                 "PREFECT_LOGGING_TO_API_ENABLED": "true"},
                             stdout=log, stderr=subprocess.STDOUT)
 
     async def deployed() -> bool:
@@ -195,6 +199,52 @@ def test_an_approval_from_the_ui_for_a_plan_that_changed_meanwhile_is_not_applie
     assert "plan changed" in json.dumps(latest(env, message)["blocks"])
     assert len(approval_requests(env)) == 1
     events.wait_for("gpuops.approval.plan-changed")
+
+
+def run_logs(run_id: str) -> list[Log]:
+    async def read() -> list[Log]:
+        async with get_client() as c:
+            return await c.read_logs(log_filter=LogFilter(
+                flow_run_id=LogFilterFlowRunId(any_=[uuid.UUID(run_id)])))
+    return asyncio.run(read())
+
+
+def test_a_suspension_for_approval_is_logged_as_info_not_as_an_error(env):
+    run_id, message = suspended(env)
+    finished = wait_for(lambda: [entry for entry in run_logs(run_id)
+                                 if "Finished in state Suspended" in entry.message],
+                        timeout=30, message="the run's log line about its suspension")
+    assert [entry.level for entry in finished] == [logging.INFO]
+    assert not [entry.message for entry in run_logs(run_id) if entry.level >= logging.ERROR]
+    assert env.receiver.click(message, "gpuops_reject", ALICE)[0] == 200
+    assert final_state(run_id).name == "NotApproved"
+
+
+def test_an_approval_whose_slack_message_is_gone_ends_the_run_not_approved(env):
+    run_id, _ = suspended(env)
+    events = ApprovalEvents(env, run_id)
+    env.slack.post("/_fake/reset", {})  # the local Slack restarted: the request is gone
+    resume_flow_run(uuid.UUID(run_id), run_input={"approved": True, "approver": "bob@ui"})
+    state = final_state(run_id)
+    assert state.name == "NotApproved", state.message
+    assert "no longer exists" in state.message and "bob@ui" in state.message
+    assert "start a new run" in state.message
+    assert not cordoned(env) and not evicted(env)
+    events.wait_for("gpuops.approval.message-gone")
+
+
+def test_a_timeout_of_a_request_whose_slack_message_is_gone_is_recorded_with_a_warning(env):
+    run_id, message = suspended(env)
+    env.slack.post("/_fake/reset", {})
+    later = datetime.now(UTC) + timedelta(seconds=SUSPENDING["timeout_s"] + 1)
+    assert run_id in {str(r) for r in asyncio.run(sweep_once(now=later))}
+    state = final_state(run_id)
+    assert state.name == "NotApproved" and "timeout" in state.message
+    warning = wait_for(lambda: [entry.message for entry in run_logs(run_id)
+                                if entry.level == logging.WARNING
+                                and "no longer exists" in entry.message],
+                       timeout=30, message="the warning about the gone Slack message")
+    assert message["channel"] in warning[0] and message["ts"] in warning[0]
 
 
 def _waiting(minutes_left: float, now: datetime) -> SuspendedApproval:

@@ -26,6 +26,7 @@ from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.deployments.services import free_port
 from gpuops.flows.drain_node import drain_node
 from gpuops.sensors.slack_receiver import build_receiver, serve_http
+from gpuops.tasks.approval import Approval, not_approved_message
 from tests import helpers
 from tests.helpers import wait_for
 
@@ -267,6 +268,33 @@ def test_approval_from_the_prefect_ui_resumes_the_run(env):
     assert run.result().name == "Completed"
     assert cordoned(env)
     assert "bob@ui" in json.dumps(latest(env, message)["blocks"])
+
+
+def test_a_rejection_in_the_prefect_ui_needs_a_name_and_the_run_says_who_and_why(env):
+    run = FlowThread(node="gpu-1", **env.blocks)
+    message = approval_message(env)
+    run_id = run_id_of(message)
+    wait_paused(run_id)
+    for nameless in ({"approved": False}, {"approved": False, "approver": "  "}):
+        with pytest.raises(RuntimeError, match="approver"):
+            resume_flow_run(uuid.UUID(run_id), run_input=nameless)
+    assert wait_paused(run_id) == "Paused"  # refused by the server: still waiting
+    resume_flow_run(uuid.UUID(run_id), run_input={
+        "approved": False, "approver": "bob@ui", "comment": "not during the launch"})
+    state = run.result()
+    assert state.name == "NotApproved"
+    assert state.message == "Rejected by bob@ui: not during the launch; nothing was applied."
+    assert "Rejected* by bob@ui" in json.dumps(latest(env, message)["blocks"])
+
+
+def test_a_not_approved_message_names_who_and_why_or_says_the_ui_gave_no_name():
+    def says(**answer: Any) -> str:
+        return not_approved_message(Approval.model_construct(**{"comment": "", **answer}))
+    assert says(approver="UALICE", comment="via Slack") == (
+        "Rejected by UALICE: via Slack; nothing was applied.")
+    assert says(approver="") == "Rejected in the Prefect UI (no name given); nothing was applied."
+    assert says(approver="bob") == "Rejected by bob; nothing was applied."
+    assert "timeout" in says(approver="timeout", comment="no answer within 60 s")
 
 
 @pytest.mark.parametrize("env", [{"timeout_s": 120, "suspend_after_s": 10}], indirect=True)

@@ -3,8 +3,8 @@
 A run that suspends for approval (tasks/approval.py) has no process left to notice its
 deadline, and the server would only fail it once the suspension expires. The sweeper lists
 Suspended flow runs, reads the request record each one kept when it asked
-(tasks/approval_record.py), and resumes those
-past their deadline with `Approval(approved=False, approver="timeout")`. The re-run then ends
+(tasks/approval_record.py), and resumes those past their deadline with
+`Approval(approved=False, approver="timeout")`. The re-run then ends
 exactly as a paused run that timed out: Slack message updated, `gpuops.approval.timed-out`
 emitted, a NotApproved state. Runs suspended by anything but a gpuops approval have no
 record and are left alone. It must sweep more often than the policy's `expiry_grace_s`.

@@ -99,7 +99,7 @@ def not_approved_message(approval: Approval) -> str:
         return f"Not applied: {approval.comment}; nothing was applied."
     who = (f"by {approval.approver}" if approval.approver.strip()
            else "in the Prefect UI (no name given)")
-    why = f": {approval.comment}" if approval.comment else " (no reason given)"
+    why = f": {approval.comment}" if approval.comment else ""
     return f"Rejected {who}{why}; nothing was applied."
 
 
