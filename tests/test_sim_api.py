@@ -427,3 +427,59 @@ def test_custom_resource_definitions_register_new_types(kube):
                                                "r1")["spec"] == {"steps": []}
     resources = DynamicClient(kube).resources.get(api_version="gpuops.io/v1", kind="Runbook")
     assert resources.name == "runbooks"
+
+
+# --- stored objects hold what their Go types can --------------------------------------------
+
+def test_integers_beyond_their_go_type_are_refused_with_the_field_path(sim, ns):
+    """As kube-apiserver refuses them: nothing stored can make a LIST or WATCH undecodable."""
+    v1, apps = client.CoreV1Api(sim.api), client.AppsV1Api(sim.api)
+    body = pod_body("ports")
+    body["spec"]["containers"][0]["ports"] = [{"containerPort": 2**40}]
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_pod(ns, body)
+    assert err.value.status == 422
+    assert json.loads(err.value.body)["details"]["causes"][0]["field"] == \
+        "spec.containers[0].ports[0].containerPort"
+    deployment = {"metadata": {"name": "big"}, "spec": {
+        "replicas": 2**31, "selector": {"matchLabels": {"app": "big"}},
+        "template": {"metadata": {"labels": {"app": "big"}}, "spec": pod_body("x")["spec"]}}}
+    with pytest.raises(ApiException) as err:
+        apps.create_namespaced_deployment(ns, deployment, dry_run="All")
+    assert err.value.status == 422 and "spec.replicas" in status_message(err.value)
+    v1.create_namespaced_pod(ns, pod_body("counted"))
+    with pytest.raises(ApiException) as err:
+        v1.patch_namespaced_pod_status("counted", ns, {"status": {"containerStatuses": [
+            {"name": "main", "image": "busybox:1.36", "imageID": "", "ready": False,
+             "restartCount": 2**33}]}})
+    assert err.value.status == 422
+    assert "status.containerStatuses[0].restartCount" in status_message(err.value)
+    assert [p.metadata.name for p in v1.list_pod_for_all_namespaces().items] == ["counted"]
+
+
+def test_a_list_leaves_out_an_object_it_cannot_encode_instead_of_failing():
+    """The last line behind validation on write: one odd stored object must not make every
+    LIST fail."""
+    from gpuops.simcluster.apiserver import list_response
+
+    good = {"metadata": {"name": "a"}}
+    odd = {"metadata": {"name": "b"}, "status": {"restartCount": 2**70}}
+    response = list_response({"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                              "items": [good, odd]})
+
+    assert json.loads(response.body)["items"] == [good]
+
+
+# --- fault kinds describe themselves --------------------------------------------------------
+
+def test_every_fault_kind_lists_what_it_does_and_its_typed_parameters(sim):
+    kinds = sim.admin("faults")
+
+    assert {"crashloop", "oom", "gpu-xid", "image-pull", "node-notready", "api-429"} <= set(kinds)
+    crashloop = {p["name"]: p for p in kinds["crashloop"]["params"]}
+    assert crashloop["exit_code"]["value"] == "an integer from 0 to 255"
+    assert crashloop["exit_code"]["default"] == 1
+    assert crashloop["once"]["value"] == "true or false"
+    reasons = {p["name"]: p for p in kinds["image-pull"]["params"]}["reason"]
+    assert reasons["value"] == "one of NotFound, Unauthorized, Timeout"
+    assert all(k["description"] and k["target"] for k in kinds.values())

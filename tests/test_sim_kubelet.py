@@ -550,3 +550,138 @@ def test_logs_honour_tail_lines_and_timestamps(sim, core):
         stamp, _, rest = line.partition(" ")
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z", stamp)
         assert rest == plain
+
+
+# --- bad input cannot break the cluster ---------------------------------------------------------
+
+def _refusal(call) -> tuple[int, str]:
+    import urllib.error
+    with pytest.raises(urllib.error.HTTPError) as err:
+        call()
+    return err.value.code, json.loads(err.value.read())["message"]
+
+
+@pytest.mark.parametrize(("kind", "params", "expected"), [
+    ("crashloop", {"exit_code": 2**70}, "params.exit_code must be an integer from 0 to 255"),
+    ("crashloop", {"exit_code": "boom"}, "params.exit_code must be an integer from 0 to 255"),
+    ("crashloop", {"after_seconds": "soon"}, "params.after_seconds must be a number"),
+    ("oom", {"after_seconds": -1}, "params.after_seconds must be a number from 0"),
+    ("oom", {"once": "maybe"}, "params.once must be true or false"),
+    ("image-pull", {"reason": "Gone"},
+     "params.reason must be one of NotFound, Unauthorized, Timeout"),
+    ("crashloop", {"exitcode": 3}, "params.exitcode: unknown parameter of 'crashloop' "
+                                   "(its parameters: selector, namespace, container, once, "
+                                   "exit_code, error, after_seconds)"),
+])
+def test_fault_parameters_a_kind_cannot_take_are_refused_naming_the_field(sim, core, kind,
+                                                                           params, expected):
+    make_pod(core, "target")
+
+    code, message = _refusal(lambda: sim.fault(kind, f"{NS}/target", **params))
+
+    assert code == 400 and expected in message, message
+    assert "gpuops sim fault --list" in message
+
+
+def test_a_huge_exit_code_cannot_poison_the_cluster_wide_pod_list(sim, core):
+    """An exit code no process can have used to reach the pod's status; every LIST and WATCH
+    of pods then failed (the watcher went blind). It is refused at the door now."""
+    make_pod(core, "victim")
+    wait_running(core, "victim", sim)
+
+    code, _ = _refusal(lambda: sim.fault("crashloop", f"{NS}/victim", exit_code=2**70,
+                                         after_seconds=0.1))
+    sim.advance(5)
+
+    assert code == 400
+    assert [p.metadata.name for p in core.list_pod_for_all_namespaces().items] == ["victim"]
+
+
+def test_a_pod_whose_status_cannot_be_stored_is_logged_once_and_lists_keep_working(
+        sim, core, caplog):
+    """The kubelet computes an exit code its status cannot hold (from an annotation): the
+    write is refused as kube-apiserver refuses it, pod lists keep working, and the failing
+    sync is logged once, not at every retry."""
+    make_pod(core, "overflow", restart_policy="Never", annotations={
+        "sim.gpuops.io/run-seconds": "30", "sim.gpuops.io/exit-code": "1e30"})
+    wait_running(core, "overflow", sim)
+
+    def failures() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "overflow" in r.getMessage()
+                and "sync of" in r.getMessage()]
+    sim.advance(30)
+    wait_for(failures, message="the failed sync logged")
+    for _ in range(5):  # retries back off: 5, 10, 20 ... virtual seconds
+        sim.advance(120)
+        time.sleep(0.3)  # let the loop retry: what is asserted is that nothing more appears
+
+    assert len(failures()) == 1, failures()
+    assert "exitCode" in failures()[0] and "32-bit integer" in failures()[0]
+    assert [p.metadata.name for p in core.list_pod_for_all_namespaces().items] == ["overflow"]
+
+
+def _deployment(core: client.CoreV1Api, name: str, replicas: int = 1) -> None:
+    client.AppsV1Api(core.api_client).create_namespaced_deployment(NS, {
+        "metadata": {"name": name}, "spec": {
+            "replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                "containers": [{"name": "app", "image": "ghcr.io/acme/api:1.4.2"}]}}}})
+
+
+def _pods_of(core: client.CoreV1Api, name: str) -> list[client.V1Pod]:
+    return core.list_namespaced_pod(NS, label_selector=f"app={name}").items
+
+
+def _restarts(p: client.V1Pod) -> int:
+    return sum(s.restart_count for s in p.status.container_statuses or [])
+
+
+@pytest.mark.parametrize("target", [f"{NS}/web", f"deployment/{NS}/web"])
+def test_a_workload_target_fails_its_pods_and_those_it_creates_later(sim, core, target):
+    _deployment(core, "web")
+    sim.advance(3)
+    first = wait_for(lambda: [p for p in _pods_of(core, "web") if p.status.phase == "Running"],
+                     message="the deployment's pod running")[0]
+
+    result = sim.fault("crashloop", target, after_seconds=1)
+
+    assert result["rule"] is True
+    assert result["pods"] == [{"pod": f"{NS}/{first.metadata.name}", "container": "app"}]
+    sim.advance(3)
+    wait_for(lambda: _restarts(core.read_namespaced_pod(first.metadata.name, NS)) >= 1,
+             message="the pod restarted")
+    core.delete_namespaced_pod(first.metadata.name, NS, grace_period_seconds=0)
+    sim.advance(3)
+
+    def replacement_restarted() -> bool:
+        sim.advance(2)
+        return any(p.metadata.name != first.metadata.name and _restarts(p) >= 1
+                   for p in _pods_of(core, "web"))
+    wait_for(replacement_restarted, timeout=20, interval=0.2,
+             message="the replacement pod hit too")
+
+
+def test_a_target_that_names_nothing_says_which_namespace_and_what_is_there(sim, core):
+    make_pod(core, "present")
+
+    code, message = _refusal(lambda: sim.fault("crashloop", f"{NS}/absent"))
+    assert code == 404
+    assert message == ('no pod or workload named "absent" in namespace "default"; pods '
+                       "there: present")
+    code, message = _refusal(lambda: sim.fault("crashloop", "nowhere/absent"))
+    assert code == 404
+    assert message == 'namespace "nowhere" not found; namespaces: default'
+
+
+def test_image_pull_on_a_running_pod_is_refused_with_what_to_do_instead(sim, core):
+    """A running container pulls nothing until it starts again: the fault would silently
+    change nothing, so it is refused, saying how to make a pull fail."""
+    make_pod(core, "serving")
+    wait_running(core, "serving", sim)
+
+    code, message = _refusal(lambda: sim.fault("image-pull", f"{NS}/serving"))
+
+    assert code == 400
+    assert f"pod {NS}/serving is running" in message
+    assert "--param image=IMAGE" in message and "deployment/NAMESPACE/NAME" in message
+    assert app_status(core, "serving").state.running is not None

@@ -362,7 +362,7 @@ def test_bad_version_on_a_pool_target_and_unknown_pools_are_refused(cluster_fact
     with pytest.raises(urllib.error.HTTPError) as err:
         c.sim.fault("bad-version", f"{NS}/v1", error_rate=2)
     assert err.value.code == 400
-    assert "params.error_rate must be between 0.0 and 1.0" in json.loads(
+    assert "params.error_rate must be a number from 0 to 1" in json.loads(
         err.value.read())["message"]
 
 

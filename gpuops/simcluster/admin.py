@@ -2,30 +2,49 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from aiohttp import web
+from pydantic import Field
 
 from . import errors
-from .faults import ErrorRule
+from .faults import ErrorRule, FaultParams
 
 if TYPE_CHECKING:
     from .apiserver import ApiServer
     from .server import SimCluster
+
+Method = Literal["*", "GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+class LatencyParams(FaultParams):
+    seconds: float | None = Field(None, ge=0, le=60, description="added to every API "
+                                  "request (or give ms)")
+    ms: float | None = Field(None, ge=0, le=60_000, description="the same in milliseconds")
+
+
+class ErrorParams(FaultParams):
+    count: int = Field(1, ge=1, le=1_000_000, description="how many requests get the error")
+    path: str = Field("*", min_length=1, description="a glob on the request path, e.g. "
+                      "/api/v1/namespaces/*/pods")
+    method: Method = Field("*", description="only requests with this method")
+
+
+class ThrottleParams(ErrorParams):
+    retry_after: int = Field(1, ge=0, le=3600, description="the Retry-After header, seconds")
 
 
 def register_api_faults(cluster: SimCluster, server: ApiServer) -> None:
     faults, store = server.faults, cluster.store
 
     def latency(_target: str | None, p: dict[str, Any]) -> dict[str, Any]:
-        faults.latency_s = float(p.get("seconds", p.get("ms", 0) / 1000))
+        faults.latency_s = float(p.get("seconds", p.get("ms", 0.0) / 1000))
         return {"latency_s": faults.latency_s}
 
     def error_rule(code: int) -> Any:
         def add(_target: str | None, p: dict[str, Any]) -> dict[str, Any]:
-            rule = ErrorRule(code, int(p.get("count", 1)), int(p.get("retry_after", 1)),
-                             str(p.get("path", "*")), str(p.get("method", "*")).upper())
+            rule = ErrorRule(code, p["count"], p.get("retry_after", 1), p["path"], p["method"])
             faults.rules.append(rule)
             return {"code": code, "count": rule.remaining, "path": rule.path}
         return add
@@ -42,11 +61,12 @@ def register_api_faults(cluster: SimCluster, server: ApiServer) -> None:
         return {"cleared": True}
 
     reg = cluster.faults
-    reg.register("api-latency", latency, "add latency to every API request (params: seconds)")
-    reg.register("api-429", error_rule(429), "answer the next N requests with 429 and "
-                 "Retry-After (params: count, retry_after, path glob, method)")
-    reg.register("api-500", error_rule(500), "answer the next N requests with 500 "
-                 "(params: count, path glob, method)")
+    reg.register("api-latency", latency, "add latency to every API request",
+                 params=LatencyParams)
+    reg.register("api-429", error_rule(429), "answer the next `count` requests with 429 and "
+                 "Retry-After", params=ThrottleParams)
+    reg.register("api-500", error_rule(500), "answer the next `count` requests with 500",
+                 params=ErrorParams)
     reg.register("drop-watches", drop_watches, "close every open watch connection")
     reg.register("force-410", force_410, "forget watch history: older resourceVersions get "
                  "410 Gone, open watches are closed")
@@ -61,10 +81,12 @@ def add_admin_routes(app: web.Application, cluster: SimCluster, server: ApiServe
         kind = body.get("kind")
         if not isinstance(kind, str):
             raise errors.bad_request("field 'kind' is required: the fault to inject "
-                                     f"(one of {', '.join(cluster.faults.describe())})")
+                                     f"(one of {', '.join(cluster.faults.kinds())})")
         params = body.get("params") or {}
         if not isinstance(params, dict):
             raise errors.bad_request("field 'params' must be an object")
+        if body.get("target") is not None and not isinstance(body["target"], str):
+            raise errors.bad_request("field 'target' must be a string or null")
         result = cluster.faults.inject(kind, body.get("target"), params)
         return web.json_response({"kind": kind, "target": body.get("target"), **result})
 

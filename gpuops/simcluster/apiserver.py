@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import bisect
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from aiohttp import web
 from . import discovery, errors
 from .admission import admit_create, admit_delete, admit_update
 from .faults import ApiFaults
+from .intfields import check_integer_fields
 from .patching import apply_patch
 from .resources import ResourceType
 from .selectors import parse_field_selector, parse_label_selector
@@ -27,12 +29,32 @@ if TYPE_CHECKING:
     from .server import SimCluster
 
 JSON = "application/json"
+log = logging.getLogger("gpuops.simcluster.apiserver")
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None
                   ) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type=JSON,
                         headers=headers)
+
+
+def list_response(body: dict[str, Any]) -> web.Response:
+    """A LIST answer that one object the encoder refuses cannot break: it is left out and
+    logged (validation on write keeps such objects out; this is the last line)."""
+    try:
+        return web.Response(body=orjson.dumps(body), content_type=JSON)
+    except TypeError:
+        items = []
+        for item in body["items"]:
+            try:
+                orjson.dumps(item)
+            except TypeError as e:
+                meta = item.get("metadata") or {}
+                log.error("LIST %s: %s/%s left out, it cannot be encoded: %s", body["kind"],
+                          meta.get("namespace", ""), meta.get("name", ""), e)
+                continue
+            items.append(item)
+        return web.Response(body=orjson.dumps({**body, "items": items}), content_type=JSON)
 
 
 def error_response(err: errors.ApiError) -> web.Response:
@@ -173,6 +195,7 @@ class ApiServer:
         _check_kind(t.rtype, body)
         body = admit_create(self.cluster, t.rtype, body, t.namespace)
         if _dry_run(request):
+            check_integer_fields(t.rtype.key, t.rtype.kind, body)  # the store checks the rest
             return json_response(body, 201)
         obj = self.store.create(t.rtype, body, t.namespace)
         if t.rtype.key == "apiextensions.k8s.io/customresourcedefinitions":
@@ -190,6 +213,7 @@ class ApiServer:
         old = self.store.get(t.rtype, t.namespace, t.name)
         body = admit_update(self.cluster, t.rtype, old, body)
         if _dry_run(request):
+            check_integer_fields(t.rtype.key, t.rtype.kind, body)
             return json_response(body)
         return json_response(self.store.replace(t.rtype, t.namespace, t.name, body,
                                                 subresource=t.subresource))
@@ -219,6 +243,7 @@ class ApiServer:
             new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         new = admit_update(self.cluster, t.rtype, old, new)
         if _dry_run(request):
+            check_integer_fields(t.rtype.key, t.rtype.kind, new)
             return json_response(new)
         return json_response(self.store.replace(t.rtype, t.namespace, t.name, new,
                                                 subresource=t.subresource))
@@ -282,13 +307,13 @@ class ApiServer:
         limit = int(q.get("limit", "0") or 0)
         if not limit:
             items = self.store.list(t.rtype, t.namespace, labels, fields)
-            return json_response(self._list_body(t.rtype, items, None))
+            return list_response(self._list_body(t.rtype, items, None))
         start_after, snapshot_rv = _decode_continue(q.get("continue"))
         page, next_key = self._page(t, labels, fields, limit, start_after)
         token = None
         if next_key is not None:
             token = _encode_continue(next_key, snapshot_rv or self.store.resource_version)
-        return json_response(self._list_body(t.rtype, page, token, snapshot_rv))
+        return list_response(self._list_body(t.rtype, page, token, snapshot_rv))
 
     def _page(self, t: Target, labels: list, fields: list, limit: int,
               start_after: tuple[str, str] | None) -> tuple[list[dict], tuple[str, str] | None]:
@@ -381,17 +406,32 @@ class ApiServer:
                 continue
             if event is None:
                 return  # closed by the server: dropped watch or a slow consumer
-            chunk = [orjson.dumps({"type": event[0], "object": event[1]})]
+            chunk = _encoded_events([event])
             while not watcher.queue.empty() and len(chunk) < 500:
                 more = watcher.queue.get_nowait()
                 if more is None:
-                    await response.write(b"\n".join(chunk) + b"\n")
+                    if chunk:
+                        await response.write(b"\n".join(chunk) + b"\n")
                     return
-                chunk.append(orjson.dumps({"type": more[0], "object": more[1]}))
-            await response.write(b"\n".join(chunk) + b"\n")
+                chunk += _encoded_events([more])
+            if chunk:
+                await response.write(b"\n".join(chunk) + b"\n")
 
 
 # --- small helpers -----------------------------------------------------------------------------
+
+def _encoded_events(events: list[tuple[str, Any]]) -> list[bytes]:
+    """Watch lines; an event the encoder refuses is left out and logged, not the stream."""
+    out = []
+    for kind, obj in events:
+        try:
+            out.append(orjson.dumps({"type": kind, "object": obj}))
+        except TypeError as e:
+            meta = obj.get("metadata") or {}
+            log.error("WATCH: %s event of %s/%s left out, it cannot be encoded: %s", kind,
+                      meta.get("namespace", ""), meta.get("name", ""), e)
+    return out
+
 
 async def _body(request: web.Request, default: Any = None) -> Any:
     raw = await request.read()

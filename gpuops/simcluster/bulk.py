@@ -8,10 +8,17 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
+
 from .clock import rfc3339
+from .faults import FaultParams
 
 if TYPE_CHECKING:
     from .server import SimCluster
+
+
+class ChurnParams(FaultParams):
+    count: int = Field(1000, ge=0, le=10_000_000, description="status updates to make")
 
 
 def _node(i: int, gpus: int) -> dict[str, Any]:
@@ -70,8 +77,9 @@ def register_churn(cluster: SimCluster) -> None:
                 await asyncio.sleep(0)
 
     def start(_target: str | None, params: dict[str, Any]) -> dict[str, Any]:
-        count = int(params.get("count", 1000))
+        count = params["count"]
         asyncio.get_running_loop().create_task(churn(count))
         return {"updates": count}
 
-    cluster.faults.register("pod-churn", start, "update N pods' status (params: count)")
+    cluster.faults.register("pod-churn", start, "update `count` pods' status, one write "
+                            "each (a load test of watches)", params=ChurnParams)

@@ -27,7 +27,8 @@ class ControllerLoop:
     name = "controller"
     idle_check_s = 0.2  # real seconds between looks at the virtual clock while idle
     batch_delay_s = 0.003  # real seconds to let a burst of changes collect before syncing
-    retry_after_s = 5.0  # virtual seconds before retrying a key whose sync failed
+    retry_after_s = 5.0  # virtual seconds before retrying a key whose sync failed...
+    retry_cap_s = 300.0  # ...doubling with each failure in a row, up to this
 
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
@@ -38,6 +39,7 @@ class ControllerLoop:
         self._timer_at: dict[Hashable, float] = {}
         self._seq = itertools.count()
         self._wake = asyncio.Event()
+        self._failing: dict[Hashable, tuple[str, int]] = {}  # key -> (error, failures in a row)
 
     # --- queueing ------------------------------------------------------------------------------
 
@@ -84,13 +86,32 @@ class ControllerLoop:
             self.sync(key)
         except errors.ApiError as e:
             if e.code == 404:
+                self._failing.pop(key, None)
                 return  # the object went away under us; its deletion event re-queued what matters
-            log.warning("%s: sync of %s failed: %s %s", self.name, key, e.code, e.message)
-            self.enqueue_after(self.retry_after_s, key)
-        except Exception:
-            log.exception("%s: sync of %s crashed; retrying in %ss", self.name, key,
-                          self.retry_after_s)
-            self.enqueue_after(self.retry_after_s, key)
+            self._failed(key, f"{e.code} {e.message}", crashed=False)
+        except Exception as e:  # noqa: BLE001 - one key's bug must not stop the loop
+            self._failed(key, f"{type(e).__name__}: {e}", crashed=True)
+        else:
+            failed = self._failing.pop(key, None)
+            if failed is not None:
+                log.info("%s: sync of %s works again after %d failure(s)", self.name, key,
+                         failed[1])
+
+    def _failed(self, key: Hashable, error: str, *, crashed: bool) -> None:
+        """Retry with a doubling delay; log a key's failure once, not at every retry (again
+        only when the error changes), so one bad object neither floods the log nor fails
+        unseen."""
+        previous = self._failing.get(key)
+        failures = 1 if previous is None else previous[1] + 1
+        self._failing[key] = (error, failures)
+        delay = min(self.retry_after_s * 2 ** min(failures - 1, 16), self.retry_cap_s)
+        if previous is None or previous[0] != error:
+            log.log(logging.ERROR if crashed else logging.WARNING,
+                    "%s: sync of %s %s: %s; retrying with back-off (up to every %gs), not "
+                    "logged again until the error changes", self.name, key,
+                    "crashed" if crashed else "failed", error, self.retry_cap_s,
+                    exc_info=crashed)
+        self.enqueue_after(delay, key)
 
     def _collect_due(self) -> None:
         now = self.clock.time()

@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
+from pydantic import Field
 
 from . import errors
 from .clock import rfc3339
+from .faults import FaultParams
 from .gpus import gpu_capacity, render_gpu_metrics
 from .serving import (
     FINISH_REASONS,
@@ -243,20 +245,21 @@ class MetricsEngine:
     def _register_faults(self) -> None:
         reg = self.cluster.faults
         reg.register("demand-spike", self._demand_spike,
-                     "multiply a model's request rate (target or params: model — all models if "
-                     "absent; params: factor=3, duration_s=600)")
+                     "multiply a model's request rate for a while", params=DemandSpikeParams,
+                     target="a model name (or params.model; none: every model)")
         reg.register("bad-version", self._bad_version,
-                     "degrade serving pods of an InferencePool (target ns/name) or running an "
-                     "image (params: image, a glob): TTFT x ttft_factor=3, ITL x itl_factor "
-                     "(default ttft_factor), error_rate=0.05 of requests fail")
+                     "degrade the serving pods of an InferencePool, or those running an image: "
+                     "slower first and next tokens, a share of requests fail",
+                     params=BadVersionParams,
+                     target="an InferencePool `namespace/name` (or params.image)")
         reg.register("good-version", self._good_version,
-                     "clear bad-version faults (all, or those of target / params.image)")
+                     "clear bad-version faults (all, or those of the target / params.image)",
+                     params=GoodVersionParams, target="an InferencePool `namespace/name`")
 
     def _demand_spike(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
         self.catch_up()
         model = params.get("model") or target or None
-        factor = _number(params, "factor", 3.0, minimum=0.0)
-        duration = _number(params, "duration_s", 600.0, minimum=0.0)
+        factor, duration = params["factor"], params["duration_s"]
         now = self.clock.time()
         self.spikes.append(Spike(model, factor, now, now + duration))
         return {"model": model or "*", "factor": factor, "until": rfc3339(now + duration)}
@@ -270,9 +273,8 @@ class MetricsEngine:
                                      "or params.image")
         if pool is not None and pool not in self.index.pools:
             raise errors.not_found("inferencepools", pool[1], "inference.networking.k8s.io")
-        ttft = _number(params, "ttft_factor", 3.0, minimum=0.0)
-        degradation = Degradation(ttft, _number(params, "itl_factor", ttft, minimum=0.0),
-                                  _number(params, "error_rate", 0.05, minimum=0.0, maximum=1.0))
+        ttft = params["ttft_factor"]
+        degradation = Degradation(ttft, params.get("itl_factor", ttft), params["error_rate"])
         rule = DegradeRule(pool, str(image) if image else None, degradation)
         self.degrade_rules.append(rule)
         pods = sum(1 for uid, v in self.index.views.items() if uid in self.index.pod_pools
@@ -295,6 +297,27 @@ class MetricsEngine:
         return {"cleared": before - len(self.degrade_rules)}
 
 
+class DemandSpikeParams(FaultParams):
+    model: str | None = Field(None, min_length=1, description="the model whose demand spikes "
+                              "(default: the target; none: every model)")
+    factor: float = Field(3.0, ge=0, le=1000, description="request rate multiplier")
+    duration_s: float = Field(600.0, ge=0, description="how long, in virtual seconds")
+
+
+class BadVersionParams(FaultParams):
+    image: str | None = Field(None, min_length=1, description="a glob on the pods' image, "
+                              "e.g. vllm/vllm-openai:v0.12.0-*")
+    ttft_factor: float = Field(3.0, ge=0, le=1000, description="time to first token x this")
+    itl_factor: float | None = Field(None, ge=0, le=1000, description="inter-token latency x "
+                                     "this (default: ttft_factor)")
+    error_rate: float = Field(0.05, ge=0, le=1, description="share of requests that fail")
+
+
+class GoodVersionParams(FaultParams):
+    image: str | None = Field(None, min_length=1, description="clear only the bad-version "
+                              "faults of this image glob")
+
+
 def _add(families: dict[str, Metric], name: str, suffix: str, labels: dict[str, str],
          value: float) -> None:
     families[name].add_sample(name + suffix, labels, float(value))
@@ -306,19 +329,6 @@ def _pool_key(target: str) -> PoolKey:
         raise errors.bad_request(f"target {target!r} must name an InferencePool as "
                                  "namespace/name")
     return (namespace or "default", name)
-
-
-def _number(params: dict[str, Any], key: str, default: float, *, minimum: float,
-            maximum: float = math.inf) -> float:
-    raw = params.get(key, default)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise errors.bad_request(f"params.{key} must be a number, got {raw!r}") from None
-    if not (minimum <= value <= maximum) or not math.isfinite(value):
-        bound = f"between {minimum} and {maximum}" if math.isfinite(maximum) else f">= {minimum}"
-        raise errors.bad_request(f"params.{key} must be {bound}, got {raw!r}")
-    return value
 
 
 def engine_for(cluster: SimCluster) -> MetricsEngine:

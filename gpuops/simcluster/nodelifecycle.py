@@ -155,16 +155,20 @@ class NodeLifecycleController:
         faults = self.cluster.faults
         faults.register("node-notready", self.node_not_ready,
                         "target node stops posting status: Ready=Unknown, unreachable taints; "
-                        "its pods are deleted after their tolerationSeconds (300 s by default)")
+                        "its pods are deleted after their tolerationSeconds (300 s by default)",
+                        target="a node name")
         faults.register("node-ready", self.node_ready,
-                        "target node posts status again: Ready=True, unreachable taints removed")
+                        "target node posts status again: Ready=True, unreachable taints "
+                        "removed", target="a node name")
         faults.register("node-shutdown", self.node_shutdown,
                         "target node's instance is gone: the Node and its pods are deleted "
-                        "(a node pool then replaces it after its provisioning lag)")
+                        "(a node pool then replaces it after its provisioning lag)",
+                        target="a node name")
 
     def _node(self, target: str | None) -> Obj:
         if not target:
-            raise errors.bad_request("field 'target' is required: the node's name")
+            raise errors.bad_request("field 'target' is required: the node's name "
+                                     "(`kubectl get nodes`)")
         return self.store.get(self.index.nodes_type, None, target)
 
     def node_not_ready(self, target: str | None, _params: dict[str, Any]) -> dict[str, Any]:

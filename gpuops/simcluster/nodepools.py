@@ -20,7 +20,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -28,6 +28,7 @@ from gpuops.common.quantity import parse_quantity
 
 from . import errors
 from .clock import parse_rfc3339, rfc3339
+from .faults import FaultParams
 from .nodeindex import NodeIndex
 from .nodelifecycle import NodeLifecycleController, remove_node, report_ready
 from .nodes import (
@@ -353,11 +354,11 @@ class NodePoolController:
     def register_faults(self) -> None:
         faults = self.cluster.faults
         faults.register("scale-pool", self.scale_pool,
-                        "resize a pool that is not following AWS (params: pool, size)")
+                        "resize a pool that is not following AWS", params=ScalePoolParams,
+                        target="a node pool (or params.pool)")
         faults.register("gpu-fragmentation", self.fragment_gpus,
                         "place 1-GPU filler pods on every node of a pool so none keeps all its "
-                        "GPUs free (params: pool, podsPerNode=1, namespace=default, "
-                        "priorityClassName)")
+                        "GPUs free", params=FragmentParams, target="a node pool (or params.pool)")
 
     def _runtime(self, target: str | None, params: dict[str, Any]) -> PoolRuntime:
         name = params.get("pool") or target
@@ -370,8 +371,8 @@ class NodePoolController:
     def scale_pool(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
         runtime = self._runtime(target, params)
         pool = runtime.pool
-        size = params.get("size")
-        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= pool.max_size:
+        size = params["size"]
+        if size > pool.max_size:
             raise errors.bad_request(f"params.size must be an integer from 0 to the pool's "
                                      f"maxSize {pool.max_size}, got {size!r}")
         if runtime.aws:
@@ -386,11 +387,7 @@ class NodePoolController:
 
     def fragment_gpus(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
         runtime = self._runtime(target, params)
-        per_node = params.get("podsPerNode", params.get("pods_per_node", 1))
-        if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
-            raise errors.bad_request(f"params.podsPerNode must be an integer >= 1, "
-                                     f"got {per_node!r}")
-        namespace = params.get("namespace", "default")
+        per_node, namespace = params["podsPerNode"], params["namespace"]
         from .admission import admit_create
 
         created, free_after = [], {}
@@ -407,6 +404,20 @@ class NodePoolController:
                 created.append(pod["metadata"]["name"])
             free_after[name] = free - count
         return {"pool": runtime.pool.name, "pods": created, "freeGpus": free_after}
+
+
+class ScalePoolParams(FaultParams):
+    pool: str | None = Field(None, min_length=1, description="the pool (default: the target)")
+    size: int = Field(ge=0, le=10_000, description="nodes wanted, up to the pool's maxSize")
+
+
+class FragmentParams(FaultParams):
+    pool: str | None = Field(None, min_length=1, description="the pool (default: the target)")
+    podsPerNode: int = Field(1, ge=1, le=64, validation_alias=AliasChoices(
+        "podsPerNode", "pods_per_node"), description="1-GPU filler pods per node")
+    namespace: str = Field("default", min_length=1, description="where the filler pods go")
+    priorityClassName: str | None = Field(None, min_length=1,
+                                          description="the filler pods' PriorityClass")
 
 
 def _filler_pod(pool: NodePool, node: str, params: dict[str, Any]) -> Obj:

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import errors
 from .clock import VirtualClock, rfc3339
+from .intfields import check_integer_fields
 from .resources import ResourceRegistry, ResourceType
 from .selectors import FieldRequirement, Requirement, fields_match, labels_match
 
@@ -268,6 +269,10 @@ class Store:
         return obj
 
     def _commit(self, rt: ResourceType, kind: str, obj: Obj, old: Obj | None) -> Obj:
+        # Every write, a client's or a simulated component's: no stored object may hold an
+        # integer its Go type cannot (a LIST or WATCH of it would fail for every client).
+        check_integer_fields(rt.key, rt.kind, obj, tuple(
+            k for k in ("spec",) if old is not None and k in obj and obj[k] is old.get(k)))
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         meta = obj["metadata"]
