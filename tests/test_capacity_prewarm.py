@@ -247,7 +247,7 @@ def test_applying_changes_exactly_the_planned_groups_and_nodes_arrive_after_the_
     env = env_factory()
     before = env.groups()
     h100_before = {n.metadata.name for n in env.nodes("h100")}
-    state = run_flow(**env.blocks)
+    state = run_flow(mode="apply", **env.blocks)
     assert state.is_completed(), state.message
     summary = state.result()
     # 10:00 is quiet, 11:00 busy; the lead time is 1 h, so the busy hour is requested now.
@@ -280,7 +280,7 @@ def test_applying_changes_exactly_the_planned_groups_and_nodes_arrive_after_the_
                          == "True" for n in new_h100()),
              message="pre-warmed nodes Ready with their GPUs after the provisioning lag")
 
-    again = run_flow(**env.blocks)  # the next run finds every target held: acts once
+    again = run_flow(mode="apply", **env.blocks)  # every target held now: acts once
     assert again.result()["changes"] == []
     assert env.groups() == after
 
@@ -301,6 +301,25 @@ def test_plan_capacity_dry_run_from_the_cli_reports_the_change_and_changes_nothi
     actions = json.loads(artifacts["table"].data)
     assert {row["outcome"] for row in actions} == {"dry-run"}
     assert CliRunner().invoke(app, ["plan", "capacity", "--dry-run", "--apply"]).exit_code == 2
+
+
+def test_the_hourly_deployment_of_a_new_install_is_a_dry_run_that_changes_nothing(env_factory):
+    from gpuops.deployments.serve import deployments
+
+    hourly = next(d for d in deployments() if d.name == "hourly")
+    assert hourly.parameters["mode"] == "dry-run"  # explicit: shown in the UI's run form
+    env = env_factory(approval_cost_per_hour=1.0)  # an apply run would ask for approval
+    before = env.groups()
+    state = run_flow(**{**hourly.parameters, **env.blocks})
+    assert state.is_completed(), state.message
+    assert state.message.startswith("dry run: would change 2 pool setting(s)")
+    assert state.result()["mode"] == "dry-run"
+    assert env.groups() == before
+    artifacts = asyncio.run(_artifacts(state.state_details.flow_run_id))
+    summary = artifacts["capacity-prewarm-summary"]
+    assert summary.description == "Capacity pre-warm (dry run): what and why"
+    assert summary.data.startswith("# Capacity pre-warm (dry run)")
+    assert {row["outcome"] for row in json.loads(artifacts["table"].data)} == {"dry-run"}
 
 
 async def _latest_run_id() -> uuid.UUID:
@@ -334,7 +353,7 @@ def test_a_change_above_the_cost_threshold_waits_for_approval(env_factory, slack
                                                                approved):
     env = env_factory(slack_url=slack_fake.base_url, approval_cost_per_hour=100.0)
     before = env.groups()
-    run = FlowThread(**env.blocks)
+    run = FlowThread(mode="apply", **env.blocks)
     run_id = _paused_run(slack_fake)
     assert env.groups() == before  # nothing before the answer
     resume_flow_run(uuid.UUID(run_id), run_input={"approved": approved, "approver": "ops@ui"})

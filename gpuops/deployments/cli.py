@@ -61,14 +61,20 @@ def up(
         help="Prefect server and UI port. [default: $GPUOPS_PREFECT_PORT or 4200]")] = None,
     sim_port: Annotated[int | None, typer.Option(
         help="simcluster port, 0 = any free one. [default: $GPUOPS_SIM_PORT or 0]")] = None,
+    approval_policy: Annotated[str | None, typer.Option(
+        help="Saved approval policy Block the flows and the Slack receiver use. [default: "
+             "$GPUOPS_APPROVAL_POLICY or local-approvers]")] = None,
+    capacity_mode: Annotated[str | None, typer.Option(
+        help="What capacity-prewarm/hourly does: dry-run or apply. [default: "
+             "$GPUOPS_CAPACITY_MODE or dry-run]")] = None,
 ) -> None:
     """Start Prefect, moto, simcluster, the Slack fake and Prometheus; stop them on Ctrl-C."""
     from gpuops.deployments.services import ServiceError
-    from gpuops.deployments.settings import get_up_settings
-    from gpuops.deployments.up import AlreadyRunningError, run_up
+    from gpuops.deployments.up import AlreadyRunningError, UpInputError, load_up_settings, run_up
 
-    settings = get_up_settings()
     try:
+        settings = load_up_settings(approval_policy=approval_policy,
+                                    capacity_mode=capacity_mode)
         run_up(
             kubeconfig=kubeconfig,
             scenario=scenario or settings.scenario,
@@ -77,6 +83,8 @@ def up(
             sim_port=settings.sim_port if sim_port is None else sim_port,
             settings=settings,
         )
+    except UpInputError as e:
+        _fail(str(e), code=2)
     except (AlreadyRunningError, ServiceError) as e:
         _fail(str(e))
 
@@ -197,7 +205,7 @@ def plan_capacity_command(
     from gpuops.flows.capacity_prewarm import capacity_prewarm
 
     state = asyncio.run(capacity_prewarm(
-        dry_run=not apply, config_block=config_block, aws_block=aws_block,
+        mode="apply" if apply else "dry-run", config_block=config_block, aws_block=aws_block,
         cluster_block=cluster_block, slack_block=slack_block, policy_block=policy_block,
         now=as_of, return_state=True))
     typer.echo(f"{state.name}: {state.message}")

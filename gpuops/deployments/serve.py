@@ -33,7 +33,11 @@ def standby_schedule() -> Interval:
                                 "max_run_seconds": (stay + STANDBY_OVERRUN).total_seconds()})
 
 
-def deployments() -> list:
+def deployments(*, approval_policy: str = "", capacity_mode: str = "dry-run") -> list:
+    """`approval_policy`: the saved ApprovalPolicy Block the flows that ask for approval use
+    (a default parameter, visible and changeable per run in the UI); `capacity_mode`: what
+    the hourly pre-warm does, explicit so that a new install never changes pools unasked."""
+    policy = {"policy_block": approval_policy} if approval_policy else {}
     return [
         # One run at a time; the trigger fires at most once per TRIGGER_WINDOW (once a
         # reactive trigger fires, Prefect ignores matching events for the rest of its
@@ -54,7 +58,7 @@ def deployments() -> list:
             tags=["gpuops", "restarts"],
             description="Classify restarts and keep one Slack thread per workload and cause."),
         drain_node.to_deployment(
-            name="on-demand", tags=["gpuops", "maintenance"],
+            name="on-demand", tags=["gpuops", "maintenance"], parameters=policy,
             description="Cordon and drain a node, with approval."),
         # Hourly, at the top of the hour: each run requests what is needed lead-time ahead.
         # One at a time, later ones queued: a run resumed from a long (suspended) approval
@@ -62,16 +66,23 @@ def deployments() -> list:
         # re-plans and applies only if the plan is still the one approved.
         capacity_prewarm.to_deployment(
             name="hourly", cron="0 * * * *", tags=["gpuops", "capacity"],
+            parameters={"mode": capacity_mode, **policy},
             concurrency_limit=ConcurrencyLimitConfig(
                 limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
             description="Forecast demand, plan node pools, pre-warm them ahead of demand."),
     ]
 
 
+def served_deployment_names() -> list[str]:
+    """`flow/deployment` of everything `serve_all` serves: the runs gpuops owns."""
+    return [f"{d.flow_name}/{d.name}" for d in deployments()]
+
+
 RUNNER_POLL_SECONDS = 2.0  # Prefect's default, 10 s, would add up to 10 s to every restart
 
 
-def serve_all() -> None:
+def serve_all(*, approval_policy: str = "", capacity_mode: str = "dry-run") -> None:
     """Serve until interrupted; PREFECT_RUNNER_POLL_FREQUENCY, when set, wins."""
     poll = float(os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY") or RUNNER_POLL_SECONDS)
-    serve(*deployments(), print_starting_message=True, query_seconds=poll)
+    serve(*deployments(approval_policy=approval_policy, capacity_mode=capacity_mode),
+          print_starting_message=True, query_seconds=poll)

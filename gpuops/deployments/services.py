@@ -85,8 +85,13 @@ def free_port(host: str = LOCALHOST) -> int:
 
 
 def ensure_port_free(port: int, *, what: str, option: str, host: str = LOCALHOST) -> None:
-    """Fail early and clearly when a fixed port is taken, instead of talking to a stranger."""
+    """Fail early and clearly when a fixed port is taken, instead of talking to a stranger.
+
+    SO_REUSEADDR, as servers bind: connections of a server that just stopped (or crashed)
+    linger in TIME_WAIT for up to a minute and must not block its restart; a listener,
+    ours or a stranger's, still makes the bind fail."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as e:
@@ -318,14 +323,17 @@ def start_simcluster(
 
 
 def start_slack_fake_server(
-    home: Path, *, port: int | None = None, timeout_s: float = 30.0
+    home: Path, *, port: int | None = None, timeout_s: float = 30.0,
+    env: Mapping[str, str] | None = None,
 ) -> Service:
-    """The local Slack Web API fake; `Service.url` is the `base_url` for `slack_sdk.WebClient`."""
+    """The local Slack Web API fake; `Service.url` is the `base_url` for `slack_sdk.WebClient`.
+    `env` is added to its environment (the receiver's signing secret and URL, for its page)."""
     port = port or free_port()
     origin = f"http://{LOCALHOST}:{port}"
     argv = [sys.executable, "-m", "gpuops.deployments.slackfake", "--host", LOCALHOST,
             "--port", str(port)]
     return _start("slackfake", argv, home=home, url=f"{origin}/api/", timeout_s=timeout_s,
+                  env={**os.environ, **(env or {})},
                   is_ready=lambda: http_ok(f"{origin}/_fake/messages"))
 
 
@@ -341,13 +349,20 @@ def start_cluster_watcher(home: Path, *, env: Mapping[str, str],
     return Service("watcher", "", process, log_path)
 
 
+def slack_receiver_url(port: int) -> str:
+    """Slack's interactivity URL for a receiver on `port` of this machine."""
+    return f"http://{LOCALHOST}:{port}/slack/events"
+
+
 def start_slack_receiver(home: Path, *, env: Mapping[str, str], port: int | None = None,
-                         timeout_s: float = 60.0) -> Service:
+                         policy_block: str = "", timeout_s: float = 60.0) -> Service:
     """`gpuops sensor slack`: Slack's interactivity URL is `Service.url`."""
     port = port or free_port()
-    url = f"http://{LOCALHOST}:{port}/slack/events"
+    url = slack_receiver_url(port)
     argv = [sys.executable, "-m", "gpuops.deployments.cli", "sensor", "slack",
             "--port", str(port)]
+    if policy_block:
+        argv += ["--policy-block", policy_block]
     return _start("slack-receiver", argv, home=home, url=url, timeout_s=timeout_s,
                   env={**os.environ, **env},
                   is_ready=lambda: "Slack receiver listening" in (

@@ -7,6 +7,7 @@ CLI can change the environment (`GPUOPS_HOME=...`) before anything looks at it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,8 +30,25 @@ class UpSettings(BaseSettings):
     sim_speed: float = Field(default=1.0, description="simcluster clock speed (1 = real time).")
     slack_bot_token: SecretStr | None = Field(
         default=None,
-        description="A real Slack bot token; when set, `gpuops up` starts no Slack fake.",
+        description="A real Slack bot token; when set, `gpuops up` starts no Slack fake "
+        "(the local fake's own token, which env.sh exports, does not count).",
         examples=["xoxb-..."],
+    )
+    slack_signing_secret: SecretStr | None = Field(
+        default=None,
+        description="The Slack app's signing secret; required with a real bot token. The "
+        "local stack generates its own (`<home>/slack-signing-secret`).",
+    )
+    approval_policy: str = Field(
+        default="",
+        description="Name of a saved `gpuops-approval-policy` Block the served flows and the "
+        "Slack receiver use; empty: `local-approvers`, created when missing.",
+        examples=["platform-oncall"],
+    )
+    capacity_mode: Literal["dry-run", "apply"] = Field(
+        default="dry-run",
+        description="What the hourly capacity pre-warm run does: `dry-run` plans and reports, "
+        "`apply` changes node pools (with approval above the cost threshold).",
     )
     history_days: int = Field(
         default=14, ge=0, le=90, description="Days of demand history back-filled into the "

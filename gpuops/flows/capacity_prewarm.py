@@ -6,7 +6,9 @@ pools' current sizes, and derives what each pool must hold now so that capacity 
 `lead_time_hours` ahead is requested in time (`tasks/prewarm.py`). If that adds more than
 `approval_cost_per_hour` $/h it waits for approval (Slack or the UI; no answer is a no);
 then it applies through the safe-action layer (EKS minSize, ASG desired capacity, or
-placeholder pods). A dry run computes and reports everything and changes nothing.
+placeholder pods). `mode` says which: "dry-run" (the default, also of the hourly deployment
+of a new install) computes and reports everything and changes nothing; "apply" changes pools.
+The mode is logged first and named in the summary artifact and the final state message.
 Artifacts: summary, plan (pool x hour), targets, costs, forecast-vs-actual chart, actions.
 """
 
@@ -14,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
     acreate_image_artifact,
     acreate_markdown_artifact,
@@ -107,7 +109,8 @@ async def _publish_report(plan: CapacityPlan, config: CapacityConfig, targets: l
     start = pd.Timestamp(now).floor("h")
     await acreate_markdown_artifact(
         markdown=report.summary_markdown(plan, targets, costs, forecasts, dry_run=dry_run),
-        key="capacity-prewarm-summary", description="Capacity pre-warm: what and why")
+        key="capacity-prewarm-summary",
+        description=f"Capacity pre-warm ({_mode_title(dry_run)}): what and why")
     await acreate_table_artifact(table=report.plan_rows(plan, targets, start),
                                  key="capacity-plan", description="Nodes per pool per hour "
                                  f"(UTC, from {start:%Y-%m-%d %H:00}); `hold`: this run's target")
@@ -121,10 +124,26 @@ async def _publish_report(plan: CapacityPlan, config: CapacityConfig, targets: l
                                  f"{config.chart_days} days, and the next {plan.hours} h")
 
 
+CapacityMode = Literal["dry-run", "apply"]
+
+
+def _mode_title(dry_run: bool) -> str:
+    return "dry run" if dry_run else "apply"
+
+
 @flow(name="capacity-prewarm", log_prints=True)
-async def capacity_prewarm(dry_run: bool = False, config_block: str = "", aws_block: str = "",
-                           cluster_block: str = "", slack_block: str = "",
+async def capacity_prewarm(mode: CapacityMode = "dry-run", config_block: str = "",
+                           aws_block: str = "", cluster_block: str = "", slack_block: str = "",
                            policy_block: str = "", now: datetime | None = None):
+    """Forecast, plan and pre-warm node pools.
+
+    Args:
+        mode: "dry-run" plans and reports and changes nothing; "apply" changes node pools
+            (asking for approval above the config's approval_cost_per_hour).
+    """
+    dry_run = mode == "dry-run"
+    get_run_logger().info("mode: %s (%s)", mode, "plans and reports, changes nothing"
+                          if dry_run else "changes node pools")
     config: CapacityConfig = await load_block(CapacityConfig, config_block)
     cluster = await load_block(KubernetesCluster, cluster_block)
     now = _utc(now)
@@ -153,12 +172,13 @@ async def capacity_prewarm(dry_run: bool = False, config_block: str = "", aws_bl
     candidates = prewarm_actions(config, plan, targets, states, aws=aws, kube=kube,
                                  eks_cluster=eks_cluster)
     needed = [a for a in candidates if not await asyncio.to_thread(a.holds)]
-    summary = {"targets": {t.pool: t.target for t in targets},
+    summary = {"mode": mode, "targets": {t.pool: t.target for t in targets},
                "cost_change_per_hour": round(costs.change_per_hour, 2),
                "changes": [a.describe() for a in needed], "plan_status": plan.status}
     if not needed:
         await publish_actions_artifact()
-        return Completed(message="no change: every pool holds its target", data=summary)
+        return Completed(message=f"{_mode_title(dry_run)}: no change, every pool holds its "
+                         "target", data=summary)
     if not dry_run and costs.change_per_hour > config.approval_cost_per_hour:
         approval = await request_approval(ApprovalRequest(
             title=f"Capacity pre-warm: {costs.change_per_hour:+,.2f} $/h",
@@ -177,7 +197,7 @@ async def capacity_prewarm(dry_run: bool = False, config_block: str = "", aws_bl
                              message=not_approved_message(approval))
     await _apply(needed, dry_run)
     await publish_actions_artifact()
-    verb = "would change" if dry_run else "changed"
+    verb = "dry run: would change" if dry_run else "changed"
     return Completed(message=f"{verb} {len(needed)} pool setting(s): "
                      + "; ".join(a.describe() for a in needed),
                      data={**summary, "applied": not dry_run})
