@@ -125,9 +125,10 @@ async def _paused_on(flow_run_id: UUID, key: str) -> tuple[bool, str]:
 async def _current_policy(name: str) -> ApprovalPolicy:
     try:
         return await ApprovalPolicy.aload(name)
-    except (ValueError, ObjectNotFound) as e:
-        raise Refused(f"This request's approval policy Block {name!r} no longer exists, so "
-                      "nobody can decide it from Slack; nothing was done.") from e
+    except (ValueError, RuntimeError, ObjectNotFound) as e:  # missing, or fails validation
+        log.warning("approval policy Block %r could not be loaded: %s", name, type(e).__name__)
+        raise Refused(f"This request's approval policy Block {name!r} no longer exists or "
+                      "is invalid, so nobody can decide it from Slack; nothing was done.") from e
 
 
 class SlackReceiver:
