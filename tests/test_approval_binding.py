@@ -214,3 +214,22 @@ def test_a_policy_knows_the_block_document_it_was_loaded_from(prefect_server):
     assert ApprovalPolicy.load(name).saved_as == name
     assert ApprovalPolicy.from_settings().saved_as is None
     assert ApprovalPolicy(approvers=[ALICE]).saved_as is None
+
+
+def test_a_request_whose_policy_block_was_deleted_admits_nobody(env):
+    run = FlowThread(node="gpu-1", **env.blocks)
+    message = approval_message(env)
+    run_id = run_id_of(message)
+    wait_paused(run_id)
+
+    async def delete_policy() -> None:
+        from prefect.client.orchestration import get_client
+        async with get_client() as c:
+            document = await c.read_block_document_by_name(
+                env.blocks["policy_block"], block_type_slug="gpuops-approval-policy")
+            await c.delete_block_document(document.id)
+    asyncio.run(delete_policy())
+    assert "no longer exists" in click_refused(env, message, ALICE)
+    assert still_paused(run_id) and not cordoned(env)
+    reject_in_ui(run_id)
+    assert run.result().name == "NotApproved"
