@@ -366,7 +366,7 @@ def test_a_rule_file_error_names_the_file(tmp_path: Path):
     path = tmp_path / "mine.yaml"
     path.write_text("- id: a\n  cause: c\n  title: t\n  confidence: 2\n"
                     "  when: {pod_deleting: true}\n")
-    with pytest.raises(ConfigError, match=r"mine\.yaml:line 4: rules\[0\]\.confidence"):
+    with pytest.raises(ConfigError, match=r"mine\.yaml:4:3: rules\[0\]\.confidence"):
         load_rules(path)
 
 

@@ -21,7 +21,7 @@ DEFAULT_DEMAND_QUERY = 'sum(rate(vllm:request_success_total{{model_name="{model}
 
 
 class _Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
 
 class PoolConfig(_Entry):
@@ -114,6 +114,7 @@ class CapacityConfig(Block):
     _block_type_name = "gpuops capacity config"
     _block_type_slug = "gpuops-capacity-config"
     _description = "Node pools, model profiles, quotas and demand queries for capacity pre-warm."
+    model_config = ConfigDict(hide_input_in_errors=True)  # errors name fields, not values
 
     pools: list[PoolConfig] = Field(min_length=1)
     models: list[ModelConfig] = Field(min_length=1)

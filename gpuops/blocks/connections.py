@@ -102,7 +102,8 @@ class AwsConnection(Block):
 
 
 async def load_block(block_cls: type[Block], name: str | None) -> Any:
-    """Load a saved Block document by name, or the settings default when `name` is empty."""
-    if name:
-        return await block_cls.aload(name)
-    return block_cls.from_settings()  # type: ignore[attr-defined]
+    """Load a saved Block document by name, or the settings default when `name` is empty;
+    a missing or invalid one names the Block and the field (`blocks/loading.py`)."""
+    from gpuops.blocks.loading import load_block as load_named
+
+    return await load_named(block_cls, name)

@@ -26,16 +26,39 @@ class TemporaryError(GpuopsError):
 
 
 class ConfigError(PermanentError):
-    """Invalid configuration or input: names the field (and the YAML line when known)."""
+    """Invalid configuration or input: names the field (and the YAML line and column when
+    known): `rules.yaml:4:3: rules[0].confidence: ...` like a compiler, or
+    `line 4, column 3: ...` when there is no file."""
 
     def __init__(self, field: str, message: str, *, line: int | None = None,
-                 source: str | None = None) -> None:
-        where = f"{source}:" if source else ""
-        where += f"line {line}: " if line is not None else ""
-        super().__init__(f"{where}{field}: {message}")
+                 source: str | None = None, column: int | None = None) -> None:
+        super().__init__(f"{_where(source, line, column)}{field}: {message}")
         self.field = field
         self.line = line
+        self.column = column
         self.source = source
+
+
+def _where(source: str | None, line: int | None, column: int | None) -> str:
+    if line is None:
+        return f"{source}: " if source else ""
+    if source:
+        return f"{source}:{line}:{column}: " if column else f"{source}:{line}: "
+    return f"line {line}, column {column}: " if column else f"line {line}: "
+
+
+class BlockError(ConfigError):
+    """A saved Block document that cannot be used: names the Block (type and name) and the
+    field, never the field's value (a Block may hold a secret)."""
+
+    def __init__(self, block_type: str, name: str, field: str, message: str) -> None:
+        super().__init__(field, message, source=f"Block {block_type}/{name}")
+        self.block_type = block_type
+        self.name = name
+
+
+class BlockNotFound(BlockError):
+    """No Block document of that type and name is saved on the Prefect server."""
 
 
 # --- Kubernetes API errors: one class per status, keeping the parsed Status -------------------

@@ -30,25 +30,31 @@ class YamlDocument:
 
     def line_of(self, loc: Loc) -> int | None:
         """1-based line of the deepest node `loc` reaches (a key's line when it ends on a key)."""
+        position = self.position_of(loc)
+        return None if position is None else position[0]
+
+    def position_of(self, loc: Loc) -> tuple[int, int] | None:
+        """1-based (line, column) of the deepest node `loc` reaches (a key's when it ends on
+        a key)."""
         node = self.root
         if node is None:
             return None
-        line = node.start_mark.line + 1
+        mark = node.start_mark
         for part in loc:
             if isinstance(node, yaml.MappingNode):
                 pair = next(((k, v) for k, v in node.value
                              if isinstance(k, yaml.ScalarNode) and k.value == str(part)), None)
                 if pair is None:
                     break
-                line, node = pair[0].start_mark.line + 1, pair[1]
+                mark, node = pair[0].start_mark, pair[1]
             elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
                 if not 0 <= part < len(node.value):
                     break
                 node = node.value[part]
-                line = node.start_mark.line + 1
+                mark = node.start_mark
             else:
                 break
-        return line
+        return mark.line + 1, mark.column + 1
 
     def config_error(self, error: ValidationError, *, wrapper: Loc = (),
                      hint: str = "") -> ConfigError:
@@ -66,7 +72,8 @@ class YamlDocument:
             message = "unknown field" + (f"; {hint}" if hint else "")
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem{'s' * (len(errors) > 2)})"
-        return ConfigError(dotted_field(loc), message, line=self.line_of(doc_loc),
+        line, column = self.position_of(doc_loc) or (None, None)
+        return ConfigError(dotted_field(loc), message, line=line, column=column,
                            source=self.source)
 
 
@@ -100,10 +107,12 @@ def parse_yaml(text: str, *, source: str | None = None) -> YamlDocument:
         data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        raise ConfigError("<yaml>", f"not valid YAML: {e.problem or e}",
-                          line=mark.line + 1 if mark else None, source=source) from e
-    except yaml.YAMLError as e:
-        raise ConfigError("<yaml>", f"not valid YAML: {e}", source=source) from e
+        raise ConfigError("<yaml>", f"not valid YAML: {e.problem or 'syntax error'}",
+                          line=mark.line + 1 if mark else None,
+                          column=mark.column + 1 if mark else None, source=source) from None
+    except yaml.YAMLError:
+        # Not PyYAML's message: it may quote the text, which may hold a secret.
+        raise ConfigError("<yaml>", "not valid YAML", source=source) from None
     finally:
         loader.dispose()
     return YamlDocument(data, root, source)

@@ -44,7 +44,8 @@ from prefect.context import FlowRunContext
 from prefect.states import Cancelled
 from prefect.variables import Variable
 
-from gpuops.blocks.connections import KubernetesCluster, SlackConnection, load_block
+from gpuops.blocks.connections import KubernetesCluster, SlackConnection
+from gpuops.blocks.loading import load_block
 from gpuops.blocks.restart_policy import RestartPolicy
 from gpuops.common.latest import LatestSaver
 from gpuops.tasks.event_intake import EventIntake
@@ -52,7 +53,6 @@ from gpuops.tasks.evidence import RestartEvidence
 from gpuops.tasks.restart_events import LiveRestartEvents, read_restart_events
 from gpuops.tasks.restart_history import load_all_timelines
 from gpuops.tasks.restart_reporter import RestartReporter
-from gpuops.tasks.restart_rules import default_rules, load_rules
 
 CURSOR_VARIABLE = "gpuops-restarts-cursor"
 # Events arrive live (the server's events websocket) and are read back once stored, every
@@ -195,9 +195,7 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     if event_id:
         log.info("triggered by event %s; handling every restart not yet handled", event_id)
     policy: RestartPolicy = await load_block(RestartPolicy, policy_block)
-    rules = default_rules()
-    if policy.extra_rules_yaml.strip():
-        rules = load_rules(policy.extra_rules_yaml, base=rules)
+    rules = policy.cause_rules()  # validated when the Block was saved and again when loaded
     conn = await load_block(SlackConnection, slack_block)
     kube = (await load_block(KubernetesCluster, cluster_block)).kube()
     # Events are validated at the edge: a poisoned one is skipped and recorded, and the
