@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-_GONE = (errno.EPIPE, errno.EBADF, errno.ECONNRESET)
+_GONE = (errno.EPIPE, errno.EBADF, errno.ECONNRESET, errno.EIO)  # EIO: the terminal closed
 
 
 class PipeSafeStream:
