@@ -222,8 +222,9 @@ CONTEXT_SHAPES: list[Shape] = [
     Shape(r"((?:proxy-)?authorization|(?:set-)?cookie)([\"']?[ \t]{0,8}[:=][ \t]{0,8})([\"']?)"
           r"(?!\[REDACTED\])" + _NOT_A_VALUE + r"[^\r\n\"']{1,4096}", r"\1\2\3" + MASK,
           ("authorization", "cookie"), re.IGNORECASE),
-    Shape(r"(?<![A-Za-z0-9])(bearer)([ \t]{1,8})(?=[A-Za-z0-9._~+/=-]{0,1024}\d)"
-          r"[A-Za-z0-9._~+/=-]{12,}", r"\1\2" + MASK,
+    # a bearer token has a digit or is long (`Bearer authentication` is prose)
+    Shape(r"(?<![A-Za-z0-9])(bearer)([ \t]{1,8})(?=[A-Za-z0-9._~+/=-]{0,1024}\d|"
+          r"[A-Za-z0-9._~+/=-]{20})[A-Za-z0-9._~+/=-]{12,}", r"\1\2" + MASK,
           ("bearer",), re.IGNORECASE),
     Shape(r"(?<![A-Za-z0-9])(basic[ \t]{1,8})([A-Za-z0-9+/]{8,4096}={0,2})", _basic_credentials,
           ("basic",), re.IGNORECASE),

@@ -23,6 +23,17 @@ class KubeSettings(BaseSettings):
     kube_context: str | None = Field(None, description="Kubeconfig context to use.")
 
 
+class WatcherSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUOPS_WATCHER_", extra="ignore")
+
+    read_pod_secrets: bool = Field(
+        True, description="Read the Secrets a restarted pod references (env `secretKeyRef`, "
+        "`envFrom.secretRef`, secret and projected volumes) so that their values are redacted "
+        "wherever they appear. Needs `get` on `secrets`; costs one API read per referenced "
+        "Secret per cache miss (values are cached in memory for a minute, never logged or "
+        "stored). Off: only literal env values and secret shapes are redacted.")
+
+
 class SlackSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUOPS_SLACK_", extra="ignore")
 

@@ -8,6 +8,10 @@ marks the restarts reported (persisted, so a restarted watcher neither loses nor
 one). The queues are bounded: in a restart storm the watch thread waits (backpressure), and
 anything the server drops meanwhile comes back on the re-watch or relist.
 Node state changes that metrics miss (cordon, NotReady) are emitted as events too.
+Evidence is redacted before it is queued: by shape, and by the values the pod may print (its
+literal env values and those of the Secrets it references, read by `pod_secrets` unless
+`GPUOPS_WATCHER_READ_POD_SECRETS=false`); the watcher's own log lines go through the same
+redaction.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpuops.common.settings import WatcherSettings, get_settings
 from gpuops.sensors.emitter import PAYLOAD_LIMIT_BYTES, EventSender, build_event, workload_related
 from gpuops.sensors.evidence_capture import EvidenceCapture
+from gpuops.sensors.pod_secrets import PodSecretReader, redact_watcher_logs
 from gpuops.sensors.restart_detector import DetectedRestart, ReportedStore, detect_restarts
 from gpuops.sensors.watch_loop import WatchLoop
 from gpuops.tasks.evidence import RestartEvidence
@@ -69,11 +75,20 @@ def _done(restart: DetectedRestart) -> int:
 class ClusterWatcher:
     def __init__(self, kube: Kube, *, state_file: Path | None = None, workers: int = 8,
                  queue_size: int = 1000, log_cap_bytes: int = 1 << 20,
-                 sender: EventSender | None = None) -> None:
+                 sender: EventSender | None = None, read_pod_secrets: bool | None = None
+                 ) -> None:
+        """`read_pod_secrets`: read the Secrets each restarted pod references to redact their
+        values (None: the `GPUOPS_WATCHER_READ_POD_SECRETS` setting, on by default)."""
         self.kube = kube
         self.cluster = kube.cluster_name
         self.reported = ReportedStore(state_file)
-        self.capture = EvidenceCapture(kube, log_cap_bytes=log_cap_bytes)
+        if read_pod_secrets is None:
+            read_pod_secrets = get_settings(WatcherSettings).read_pod_secrets
+        self.secrets = PodSecretReader(kube) if read_pod_secrets else None
+        redact_watcher_logs()
+        self.capture = EvidenceCapture(
+            kube, log_cap_bytes=log_cap_bytes,
+            **({"secret_values": self.secrets.values_for} if self.secrets else {}))
         self.sender = sender or EventSender()
         self.stop_event = threading.Event()
         self.stats = WatcherStats()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -91,9 +92,20 @@ def _rolling_out(owner: dict[str, Any]) -> bool:
         status.get("replicas", replicas) > replicas)
 
 
+def _no_secret_values(pod: dict[str, Any]) -> list[str]:
+    return []
+
+
 class EvidenceCapture:
-    def __init__(self, kube: Kube, *, log_cap_bytes: int = 1 << 20, max_events: int = 30) -> None:
+    """Reads one restart's evidence and redacts all of it: by the values the pod may print
+    (its literal env values and, from `secret_values`, those of the Secrets it references)
+    and by shape, in every field, before it leaves as an event."""
+
+    def __init__(self, kube: Kube, *, log_cap_bytes: int = 1 << 20, max_events: int = 30,
+                 secret_values: Callable[[dict[str, Any]], list[str]] = _no_secret_values
+                 ) -> None:
         self.kube = kube
+        self.secret_values = secret_values
         self.log_cap_bytes = log_cap_bytes
         self.max_events = max_events
         self._owners: dict[str, dict[str, Any]] = {}
@@ -123,7 +135,7 @@ class EvidenceCapture:
                                        f"{node_name}")
         owner = self._owner(pod)
         namespace = self._namespace(ns)
-        secrets = pod_env_secrets(pod)
+        secrets = pod_env_secrets(pod) + self.secret_values(pod)
         resources = spec_c.get("resources") or {}
         evidence = RestartEvidence(
             cluster=self.kube.cluster_name, namespace=ns, pod=name, pod_uid=restart.pod_uid,
@@ -157,7 +169,7 @@ class EvidenceCapture:
                              for c in (node.get("status") or {}).get("conditions") or []],
             node_xids=xids_from(node, node_events), observed_at=observed_at,
             captured_at=_now(), restarts_missed=restart.missed)
-        # Defence in depth: no literal env value of this pod leaves in any field.
+        # Defence in depth: no value this pod may print leaves in any field.
         return RestartEvidence.model_validate(redact(evidence.model_dump(), secrets))
 
     def _previous_log(self, restart: DetectedRestart) -> tuple[str, int, bool, str]:

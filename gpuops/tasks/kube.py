@@ -174,6 +174,11 @@ class Kube:
     def get_namespace(self, name: str) -> Obj:
         return self._raw(self.core.read_namespace, name)
 
+    def get_secret(self, namespace: str, name: str) -> Obj:
+        """A Secret as the API returns it (`data` base64). The body is never logged: the
+        client logs response bodies only when it preloads them, which `_raw` does not."""
+        return self._raw(self.core.read_namespaced_secret, name, namespace)
+
     # --- events --------------------------------------------------------------------------------
 
     def list_events(self, namespace: str | None = None, *, field_selector: str | None = None
