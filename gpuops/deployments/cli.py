@@ -2,6 +2,8 @@
 
 Commands stay thin: they parse options and call one function elsewhere, importing it inside
 the command so that `gpuops --help` stays fast and a broken part cannot break the others.
+Bad input (a missing file or Block, a bad scenario or rule file) is one `error:` line and
+exit status 2 (cli_errors.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from gpuops.deployments.cli_errors import UserErrorsGroup, require_blocks
+
 app = typer.Typer(
+    cls=UserErrorsGroup,
     name="gpuops",
     help="Workflow and runbook automation for Kubernetes GPU clusters, on Prefect.",
     no_args_is_help=True,
@@ -37,11 +42,19 @@ plan_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(plan_app, name="plan")
+rules_app = typer.Typer(
+    help="Restart cause rules: put a rule file into a restart policy Block.",
+    no_args_is_help=True,
+)
+app.add_typer(rules_app, name="restart-rules")
 
 KubeconfigOption = Annotated[
     Path,
     typer.Option(envvar="KUBECONFIG", help="kubeconfig written by simcluster (`gpuops up`)."),
 ]
+# Kinds the help names: a test keeps them in step with what simcluster registers.
+HELP_FAULT_KINDS = ("crashloop", "oom", "cuda-oom", "nccl-timeout", "gpu-xid", "liveness",
+                    "image-pull", "config-error", "evict", "node-notready", "recover")
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -111,23 +124,47 @@ def _post_to_sim(kubeconfig: Path, path: str, body: dict[str, Any]) -> None:
 
     try:
         answer = post_admin(kubeconfig, path, body)
-    except (SimAdminError, FileNotFoundError, ValueError) as e:
-        _fail(str(e))
+    except SimAdminError as e:
+        _fail(str(e), code=2 if e.bad_request else 1)
+    except ValueError as e:  # a kubeconfig without a server
+        _fail(str(e), code=2)
     typer.echo(json.dumps(answer, indent=2))
 
 
 @sim_app.command("fault")
 def sim_fault(
-    kind: Annotated[str, typer.Argument(help="Fault kind, e.g. crashloop, oom, xid, node-down.")],
-    kubeconfig: KubeconfigOption,
+    kind: Annotated[str | None, typer.Argument(
+        help=f"Fault kind: {', '.join(HELP_FAULT_KINDS)}, ... (`--list` shows every kind, "
+             "what it does and its parameters).", show_default=False)] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(
+        envvar="KUBECONFIG", help="kubeconfig written by simcluster (`gpuops up` prints it; "
+        "`source .gpuops/env.sh` sets KUBECONFIG).")] = None,
     target: Annotated[str | None, typer.Option(
-        help="`namespace/name` of a pod or workload, or a node name.")] = None,
+        help="What the fault hits: `namespace/name` of a pod or workload (a pod first, then "
+             "a Deployment, StatefulSet, DaemonSet, ReplicaSet or Job of that name), "
+             "`kind/namespace/name` (`deployment/inference/llama-3-8b`) to say which, a "
+             "namespace with `--param selector=app=x`, or a node name for node faults. A "
+             "workload or selector also hits the pods created later, until `recover`.")] = None,
     param: Annotated[list[str] | None, typer.Option(
-        help="Fault parameter `key=value` (JSON values keep their type); repeatable.")] = None,
+        help="Fault parameter `key=value` (JSON values keep their type); repeatable. "
+             "`--list` shows each kind's parameters.")] = None,
+    list_kinds: Annotated[bool, typer.Option(
+        "--list", help="List every fault kind: what it does, its target, its parameters "
+                       "(types, ranges, defaults). Needs no cluster.")] = False,
 ) -> None:
     """Inject a fault into the simulated cluster (POST /admin/faults) and print its answer."""
-    from gpuops.deployments.simadmin import parse_params
+    from gpuops.deployments.simadmin import format_fault_kinds, parse_params
 
+    if list_kinds:
+        from gpuops.simcluster.admin import fault_catalog
+
+        typer.echo(format_fault_kinds(fault_catalog()), nl=False)
+        return
+    if kind is None:
+        _fail("give a fault KIND (`gpuops sim fault --list` shows them)", code=2)
+    if kubeconfig is None:
+        _fail("give --kubeconfig (or set KUBECONFIG): the kubeconfig `gpuops up` wrote",
+              code=2)
     try:
         params = parse_params(param or [])
     except ValueError as e:
@@ -157,8 +194,10 @@ def sensor_cluster(
     workers: Annotated[int, typer.Option(help="Evidence capture workers.")] = 8,
 ) -> None:
     """Watch pods and nodes; emit `gpuops.pod.restarted` with evidence (Ctrl-C stops)."""
+    from gpuops.blocks.connections import KubernetesCluster
     from gpuops.sensors.run import run_cluster_watcher
 
+    require_blocks((KubernetesCluster, cluster_block))
     run_cluster_watcher(cluster_block=cluster_block, state_file=state_file, workers=workers)
 
 
@@ -171,8 +210,10 @@ def sensor_slack(
     socket_mode: Annotated[bool, typer.Option(help="Use Socket Mode (no ingress).")] = False,
 ) -> None:
     """Receive Approve/Reject clicks and resume the paused flow runs."""
+    from gpuops.blocks.connections import SlackConnection
     from gpuops.sensors.run import run_slack_receiver
 
+    require_blocks((SlackConnection, slack_block))
     run_slack_receiver(host=host, port=port, slack_block=slack_block,
                        policy_block=policy_block, socket_mode=socket_mode)
 
@@ -202,8 +243,15 @@ def plan_capacity_command(
     except ValueError as e:
         _fail(f"--now: {e}; give an ISO 8601 time such as `2026-03-15T10:30:00Z`", code=2)
 
+    from gpuops.blocks.capacity import CapacityConfig
+    from gpuops.blocks.connections import AwsConnection, KubernetesCluster, SlackConnection
+    from gpuops.blocks.policy import ApprovalPolicy
     from gpuops.flows.capacity_prewarm import capacity_prewarm
 
+    # A missing or bad Block is a line naming it before the run starts, not a failed run.
+    require_blocks((CapacityConfig, config_block), (AwsConnection, aws_block),
+                   (KubernetesCluster, cluster_block), (SlackConnection, slack_block),
+                   (ApprovalPolicy, policy_block))
     state = asyncio.run(capacity_prewarm(
         mode="apply" if apply else "dry-run", config_block=config_block, aws_block=aws_block,
         cluster_block=cluster_block, slack_block=slack_block, policy_block=policy_block,
@@ -211,6 +259,24 @@ def plan_capacity_command(
     typer.echo(f"{state.name}: {state.message}")
     if not state.is_completed():
         raise typer.Exit(1)
+
+
+@rules_app.command("load")
+def restart_rules_load(
+    file: Annotated[Path, typer.Argument(help="A rule file (YAML), as restart_rules.yaml.")],
+    policy_block: Annotated[str, typer.Option(help="The `gpuops-restart-policy` Block to put "
+                                              "the rules into; created if missing.")],
+) -> None:
+    """Check a rule file (errors name file:line:column) and save its rules into a restart
+    policy Block's `extra_rules_yaml`, replacing the rules it had."""
+    import asyncio
+
+    from gpuops.deployments.rule_files import load_rule_file
+
+    count, created = asyncio.run(load_rule_file(file, policy_block))
+    what = "created" if created else "updated"
+    typer.echo(f"{count} rule(s) from {file} saved in Block gpuops-restart-policy/"
+               f"{policy_block} ({what})")
 
 
 def available_benches() -> list[str]:

@@ -156,3 +156,16 @@ async def _json(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise errors.bad_request("the request body must be a JSON object")
     return body
+
+
+def fault_catalog() -> dict[str, dict[str, Any]]:
+    """Every fault kind a cluster registers, described from its parameter model, without
+    starting a cluster (for `gpuops sim fault --list`)."""
+    from .apiserver import ApiServer
+    from .controllers_all import build_controllers
+    from .server import SimCluster, SimConfig
+
+    cluster = SimCluster(SimConfig(scenario="empty"))
+    build_controllers(cluster)
+    register_api_faults(cluster, ApiServer(cluster))
+    return cluster.faults.describe()

@@ -136,6 +136,10 @@ def parse_scenario(text: str, source: str = "<scenario>") -> ParsedScenario:
                                              mark.line + 1 if mark else None)]) from e
     finally:
         loader.dispose()
+    if root is None:
+        # Most often a wrong path or an unsaved file: an empty cluster is said explicitly.
+        raise ScenarioError(source, [Problem((), "the scenario is empty; for a cluster with "
+                                             "nothing in it use the shipped scenario `empty`")])
     if not isinstance(data, dict):
         keys = ", ".join(f.alias or n for n, f in Scenario.model_fields.items())
         raise ScenarioError(source, [Problem((), f"a scenario is a mapping with the keys "
