@@ -14,6 +14,11 @@ fired: a triggered run stays until its window, plus the event persister's delay,
 The active run takes over the triggered runs queued behind it: it cancels them
 ("superseded") every few seconds and stays until their windows are over, so they never start.
 
+Events are validated at the edge (tasks/event_intake.py): one whose payload is not restart
+evidence (a time that is not a time, a missing field), or whose classification fails, is
+skipped and recorded (a log line and a `gpuops.event.rejected` event, without its values) and
+the cursor moves past it with the rest, so it can never hold back the restarts after it.
+
 The schedule's runs stand by: each stays up until its successor is due (`stay_seconds`,
 counted from when it was due), so a restart is handled by a run that is already up, within
 seconds, instead of waiting for a new run's process to start (seconds more); the trigger
