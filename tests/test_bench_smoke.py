@@ -41,3 +41,15 @@ def test_restart_storm_bench_reports_every_figure(prefect_server, capsys):
             "detect_p95_s", "slack_p95_s", "max_parent_messages_per_workload_cause",
             "flow_runs", "flow_runs_cancelled", "queue_high_water", "wall_s"} <= set(result)
     assert result["restarts_reported"] >= 1
+
+
+def test_redaction_bench_reports_leaks_unit_and_end_to_end(prefect_server, capsys):
+    from gpuops.bench import redaction
+
+    result = redaction.main(json_output=True, formats=4, prefect_api_url=prefect_server,
+                            timeout_s=120)
+    last_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last_line) == result
+    assert {"formats", "leaked_unit", "leaked_end_to_end", "false_redaction_pct",
+            "false_redaction_e2e_pct", "secret_reads", "cases_captured"} <= set(result)
+    assert result["formats"] == 4 and result["cases_captured"] == 12

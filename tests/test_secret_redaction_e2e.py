@@ -212,3 +212,26 @@ def test_the_setting_turns_secret_reading_off(monkeypatch):
     assert ClusterWatcher(Kube(client.ApiClient())).secrets is None
     monkeypatch.delenv("GPUOPS_WATCHER_READ_POD_SECRETS")
     assert ClusterWatcher(Kube(client.ApiClient())).secrets is not None
+
+
+def test_a_secret_value_in_a_watcher_log_line_or_traceback_is_masked(sim, caplog):
+    from gpuops.sensors.pod_secrets import redact_watcher_logs
+
+    v1 = client.CoreV1Api(sim.api)
+    v1.create_namespaced_secret(NS, {"metadata": {"name": "db"}, "data": {
+        "password": b64("zQ7wlog-line-value")}})
+    reader = PodSecretReader(Kube(sim.api))
+    reader.values_for({"metadata": {"namespace": NS}, "spec": {"containers": [{"envFrom": [
+        {"secretRef": {"name": "db"}}]}]}})
+    redact_watcher_logs()
+    log = logging.getLogger("gpuops.sensors.watcher")
+    with caplog.at_level(logging.INFO, logger="gpuops.sensors.watcher"):
+        log.info("could not parse %s", "dsn with zQ7wlog-line-value inside")
+        try:
+            raise ValueError("bad value zQ7wlog-line-value; password=hunter2-x")
+        except ValueError:
+            log.exception("could not report restart %s", "uid/app/3")
+    text = caplog.text
+    assert "could not parse dsn with [REDACTED] inside" in text
+    assert "ValueError: bad value [REDACTED]" in text and "Traceback" in text
+    assert "zQ7wlog-line-value" not in text and "hunter2-x" not in text
