@@ -157,20 +157,25 @@ class PodSecretReader:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:  # one read per Secret at a time; the others find it cached
             entry = self._cache.get(key)
-            if entry is None or entry.expires <= self.clock():
+            now = self.clock()
+            if entry is None or entry.expires <= now:
                 entry = self._read(namespace, ref.name)
-                with self._lock:
+                with self._lock:  # expired values leave memory at the next read
+                    for old in [k for k, e in self._cache.items() if e.expires <= now]:
+                        del self._cache[old]
                     self._cache[key] = entry
         # The whole Secret is cached; the pod gets the keys it references.
         return [v for k, forms in entry.values.items() if ref.keys is None or k in ref.keys
                 for v in forms]
 
     def _read(self, namespace: str, name: str) -> _Entry:
-        self.stats.reads += 1
+        with self._lock:
+            self.stats.reads += 1
         try:
             secret = self.kube.get_secret(namespace, name)
         except KubeError as e:
-            self.stats.unreadable += 1
+            with self._lock:
+                self.stats.unreadable += 1
             log.warning("Secret %s/%s is unreadable (HTTP %s): its values are redacted by "
                         "shape only", namespace, name, e.status)
             return _Entry(self.clock() + self.ttl_s, {})
