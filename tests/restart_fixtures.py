@@ -286,3 +286,36 @@ def rollout_termination(exit_code: int = 143) -> RestartEvidence:
 def completed() -> RestartEvidence:
     return evidence(last_state=terminated(0, "Completed"),
                     previous_log="2025-06-01T10:00:00.000Z INFO work finished, exiting")
+
+
+# --- not restarts: a Job's pod that failed, a pod taken away ------------------------------------
+
+def job_pod_failed(log: str, exit_code: int, *, instance: str = "3f9a1c2b7d4e") -> RestartEvidence:
+    """A training Job's pod with restartPolicy Never whose container failed: nothing
+    restarts, so the failure is in `state.terminated` and the log is the current one."""
+    return evidence(
+        pod="finetune-llama-x7k2q", trigger="terminated", container_instance=instance,
+        restart_count=0, last_state=ContainerState(), state=terminated(exit_code),
+        pod_phase="Failed", previous_log=log,
+        workload=Workload(kind="Job", name="finetune-llama", namespace="ml", uid="job-1"),
+        pod_events=[])
+
+
+def evicted_by_api_after_an_old_xid(**overrides: Any) -> RestartEvidence:
+    """A pod whose container crashed on a hardware Xid an hour ago (still its `lastState`,
+    restart #7) and has run since; now it is evicted through the Eviction API (a drain)."""
+    base: dict[str, Any] = {
+        "trigger": "pod-failed", "trigger_reason": "EvictionByEvictionAPI", "restart_count": 7,
+        "last_state": terminated(1, started="2025-06-01T08:40:00Z",
+                                 finished="2025-06-01T09:00:00Z"),
+        "state": ContainerState(running_since="2025-06-01T09:00:30Z"),
+        "pod_deleting": True,
+        "pod_conditions": [PodCondition(type="DisruptionTarget", status="True",
+                                        reason="EvictionByEvictionAPI",
+                                        message="Eviction API: evicting")],
+        "node_xids": [xid(79, time="2025-06-01T08:59:58Z"), xid(79)],
+        "node_events": [event("GPUXid", xid(79).message, source="dcgm-exporter")],
+        "previous_log": log_with("RuntimeError: CUDA error: no CUDA-capable device is detected"),
+        "pod_events": [event("Killing", "Stopping container trainer", type="Normal")]}
+    base.update(overrides)
+    return evidence(**base)

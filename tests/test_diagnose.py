@@ -201,6 +201,47 @@ def test_a_preempted_pod_is_preemption_even_though_it_is_being_deleted():
     assert "pod-deleted" in dict(diagnosis.alternatives)
 
 
+def test_an_eviction_is_caused_by_the_eviction_not_by_the_pods_old_xid_crash():
+    """A pod still carrying a hardware-Xid crash in `lastState` (restart #7) and evicted
+    by a drain of that node: the old termination is not this event's cause."""
+    diagnosis = diagnose(fx.evicted_by_api_after_an_old_xid())
+    assert diagnosis.cause == "evicted"
+    assert "gpu-xid-hardware" not in dict(diagnosis.alternatives)
+    assert not any("lastState" in line for line in diagnosis.evidence_lines)
+    assert any("EvictionByEvictionAPI" in line for line in diagnosis.evidence_lines)
+
+
+def test_an_eviction_gpuops_recorded_on_the_pod_is_planned_and_names_the_run():
+    ev = fx.evicted_by_api_after_an_old_xid(pod_annotations={
+        "gpuops.io/evicted-by": "3c1e9b7a-0f5d-4e2b-9a61-2d8f4c7b1e03",
+        "gpuops.io/evicted-by-run": "brave-otter", "gpuops.io/evicted-by-flow": "drain-node"})
+    diagnosis = diagnose(ev)
+    assert diagnosis.cause == "planned-eviction" and diagnosis.fault is False
+    assert diagnosis.title == "Planned: evicted by gpuops run brave-otter (drain-node)"
+    assert any("gpuops.io/evicted-by=3c1e9b7a" in line for line in diagnosis.evidence_lines)
+
+
+def test_a_gpuops_annotation_on_a_pod_that_crashed_by_itself_is_not_a_planned_eviction():
+    """The mark counts only for the pod's eviction: a crash of its container later (say
+    the eviction was refused and the mark stayed) is diagnosed from the container."""
+    ev = fx.cuda_oom().model_copy(update={"pod_annotations": {
+        "gpuops.io/evicted-by": "3c1e9b7a", "gpuops.io/evicted-by-run": "brave-otter"}})
+    assert diagnose(ev).cause == "cuda-oom"
+
+
+@pytest.mark.parametrize(("make", "cause", "line"), [
+    (lambda: fx.job_pod_failed(fx.log_with(fx.CUDA_OOM_LINE), 1), "cuda-oom",
+     "torch.OutOfMemoryError: CUDA out of memory"),
+    (lambda: fx.job_pod_failed(fx.nccl_timeout().previous_log, 134), "nccl-error",
+     "Watchdog caught collective operation timeout"),
+])
+def test_a_failed_job_pod_is_diagnosed_from_its_current_termination_and_log(make, cause, line):
+    diagnosis = diagnose(make())
+    assert diagnosis.cause == cause
+    assert has_line(diagnosis, line)
+    assert not any("lastState" in e for e in diagnosis.evidence_lines)
+
+
 @pytest.mark.parametrize(("code", "words"), [
     (1, "exit code 1"), (2, "bad arguments"), (126, "not executable"),
     (127, "command not found"), (134, "SIGABRT"), (137, "SIGKILL"), (139, "SIGSEGV"),

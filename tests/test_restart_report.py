@@ -85,11 +85,13 @@ def test_parent_message_names_cause_workload_container_node_image_and_links():
     assert "`trainer` (app)" in body
     assert "`gpu-node-a1`" in body
     assert "ghcr.io/acme/trainer:1.4.2" in body
-    assert "*Restart count*\n8" in body
+    assert "*Event*\nRestart #8" in body
     assert "6× in 30 min, same cause" in body
     assert "lastState.terminated.reason=OOMKilled exitCode=137" in body
-    assert "<http://127.0.0.1:4200/runs/flow-run/3f2a|Prefect flow run>" in body
+    # The restart's own report, not the (standing) run that handled hundreds of restarts.
     assert "<http://127.0.0.1:4200/artifacts/artifact/9b1c|Restart report>" in body
+    assert "<http://127.0.0.1:4200/artifacts/key/restarts-trainer|Restart timeline>" in body
+    assert "Prefect flow run" not in body
     assert "OOMKilled" in message.text and "Deployment/trainer" in message.text
     assert_within_slack_limits(message)
 
@@ -198,6 +200,65 @@ def test_one_reply_carries_a_whole_batch_of_restarts_newest_last():
     assert_within_slack_limits(message)
 
 
+def test_an_eviction_is_not_called_a_restart_nor_given_the_old_crash_as_its_exit():
+    ev = fx.evicted_by_api_after_an_old_xid()
+    reply = "\n".join(texts(reply_blocks([(ev, diagnose(ev))])))
+    parent = "\n".join(texts(parent_blocks([(ev, diagnose(ev))])))
+    for body in (reply, parent):
+        assert "Restart #7" not in body and "GPU Xid" not in body
+        assert "Evicted (Eviction API)" in body
+        assert "none (the container was still running)" in body  # not lastState's exit 1
+
+
+def test_a_planned_eviction_by_gpuops_is_quiet_and_names_the_run():
+    ev = fx.evicted_by_api_after_an_old_xid(pod_annotations={
+        "gpuops.io/evicted-by": "3c1e9b7a", "gpuops.io/evicted-by-run": "brave-otter",
+        "gpuops.io/evicted-by-flow": "drain-node"})
+    message = parent_blocks([(ev, diagnose(ev))])
+    header = message.blocks[0]["text"]["text"]
+    assert header.startswith("ℹ️ Planned: evicted by gpuops run brave-otter (drain-node)")
+    assert "<!channel>" not in json.dumps(message.blocks) and "<!here>" not in message.text
+
+
+def test_a_failed_job_pod_says_it_was_not_restarted_and_shows_its_own_log():
+    ev = fx.job_pod_failed(fx.log_with(fx.CUDA_OOM_LINE), 1)
+    body = "\n".join(texts(parent_blocks([(ev, diagnose(ev))])))
+    assert "*Event*\nFailed, not restarted" in body
+    assert "the instance that ended" in body and "CUDA out of memory" in body
+    assert "Job/finetune-llama" in body
+
+
+def test_a_jobs_failure_says_which_limit_it_reached_after_how_many_pods():
+    from gpuops.tasks.evidence import JobFailure
+    from gpuops.tasks.restart_report import job_failure_blocks, job_failure_summary
+
+    failure = JobFailure(cluster="prod-gpu", namespace="ml", name="finetune-llama",
+                         uid="job-1", reason="BackoffLimitExceeded",
+                         message="Job has reached the specified backoff limit", failed_pods=3,
+                         backoff_limit=2, started_at="2025-06-01T09:00:00Z",
+                         failed_at="2025-06-01T09:42:00Z", observed_at="2025-06-01T09:42:01Z")
+    assert job_failure_summary(failure) == \
+        "Job failed: backoffLimit (2) reached after 3 failed pods"
+    deadline = failure.model_copy(update={"reason": "DeadlineExceeded", "failed_pods": 0,
+                                          "active_deadline_seconds": 3600})
+    assert job_failure_summary(deadline) == "Job failed: activeDeadlineSeconds (3600 s) passed"
+    reply = job_failure_blocks(failure, in_thread=True, links=LINKS)
+    assert reply.blocks[0]["type"] == "section", "a reply has no header"
+    assert "after running 42 min" in reply.blocks[0]["text"]["text"]
+    parent = job_failure_blocks(deadline, in_thread=False)
+    assert parent.blocks[0]["text"]["text"].startswith("🔴 Job failed: activeDeadlineSeconds")
+    assert_within_slack_limits(parent)
+
+
+def test_a_report_is_titled_by_time_workload_container_cause_and_exit():
+    from gpuops.tasks.restart_report import report_title
+
+    ev = fx.job_pod_failed(fx.log_with(fx.CUDA_OOM_LINE), 1)
+    assert report_title(ev, diagnose(ev)) == (
+        "2025-06-01 10:00:01 UTC · Job/finetune-llama · trainer · cuda-oom · "
+        "exit 1 (Error), general application error")
+
+
 def test_recovered_reply_says_how_long_the_workload_has_been_ready():
     message = recovered_blocks(cluster="prod-gpu", workload=Workload(
         kind="Deployment", name="llama-8b", namespace="ml"), ready_minutes=10, restarts=5)
@@ -218,8 +279,10 @@ def test_the_markdown_report_has_everything_captured():
     ev = fx.gpu_xid(79, "unspecified launch failure").model_copy(update={
         "previous_log": "\n".join(f"log {i}" for i in range(300))})
     md = restart_markdown(ev, diagnose(ev), LINKS)
-    assert md.startswith("# GPU Xid 79 on gpu-node-a1: hardware or driver fault: "
-                         "Deployment/trainer")
+    # Time, workload and container first, then what happened, cause and exit.
+    assert md.startswith("# 2025-06-01 10:00:01 UTC · Deployment/trainer · trainer: GPU Xid 79 "
+                         "on gpu-node-a1: hardware or driver fault\n\n**Restart #3** · **cause** "
+                         "`gpu-xid-hardware` · **exit** 1 (Error), general application error")
     for heading in ("## Evidence", "## Restart", "## Container state", "## Pod events",
                     "## Node events", "## Node conditions (gpu-node-a1)",
                     "## GPU Xids on the node", "## Previous log: last 200 of 300 lines",
@@ -248,7 +311,8 @@ def test_timeline_rows_are_ordered_and_carry_the_slack_link():
         "time": "2025-06-01T10:00:01Z", "pod": "llama-8b-5f7d9c-q7wzt",
         "container": "vllm (app)", "restartCount": 3, "cause": "liveness-probe",
         "confidence": 0.94, "node": "gpu-node-a1", "exit": "137 (Error), killed (SIGKILL)",
-        "slack": "https://slack/p1"}
+        "event": "Restart #3", "slack": "https://slack/p1"}
+    assert list(rows[0])[:4] == ["time", "container", "cause", "exit"]
     assert rows[1]["slack"] == ""
 
 

@@ -54,8 +54,8 @@ from gpuops.blocks.loading import load_block
 from gpuops.blocks.restart_policy import RestartPolicy
 from gpuops.common.latest import LatestSaver
 from gpuops.tasks.event_intake import EventIntake
-from gpuops.tasks.evidence import RestartEvidence
-from gpuops.tasks.restart_events import LiveRestartEvents, read_restart_events
+from gpuops.tasks.evidence import JobFailure, RestartEvidence
+from gpuops.tasks.restart_events import JOB_FAILED, LiveRestartEvents, read_restart_events
 from gpuops.tasks.restart_history import load_all_timelines
 from gpuops.tasks.restart_reporter import RestartReporter
 
@@ -206,7 +206,8 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     # Events are validated at the edge: a poisoned one is skipped and recorded, and the
     # cursor moves past it with the rest (event_intake.py).
     intake = EventIntake(RestartEvidence, log, what="restart evidence")
-    reporter = RestartReporter(policy, rules, conn, kube, intake)
+    job_intake = EventIntake(JobFailure, log, what="job failure")
+    reporter = RestartReporter(policy, rules, conn, kube, intake, job_intake)
     started = _now()
     context = FlowRunContext.get()
     me = context.flow_run if context else None
@@ -231,7 +232,11 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
             if events:
                 batch_started = time.monotonic()
                 try:
-                    await reporter.handle_batch(intake.accept(events))
+                    jobs = [e for e in events if e.event == JOB_FAILED]
+                    await reporter.handle_batch(intake.accept(
+                        e for e in events if e.event != JOB_FAILED))
+                    # After the batch's restarts: a Job's failure joins its pods' threads.
+                    await reporter.handle_job_failures(job_intake.accept(jobs))
                 except Exception as e:
                     # What was posted is in the timelines, so a retry skips it; a standing
                     # run that failed would leave the rest waiting for a new run to start.
@@ -250,6 +255,12 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
                 cursor = max(cursor, max(e.occurred for e in events))
                 cursor_saver.save(cursor_name, cursor.isoformat())
                 quiet_since = _now()
+            elif reporter.waiting_job_failures:  # a Job failure waiting for its pods' thread
+                try:
+                    await reporter.handle_job_failures([])
+                except Exception as e:  # noqa: BLE001 - kept waiting; tried again next round
+                    log.warning("a job failure could not be reported yet (%r)", e)
+                    await asyncio.sleep(1)
             elif _now() - last_recovery_check >= RECOVERY_CHECK_EVERY:  # a lull: recoveries
                 await reporter.check_recoveries(await load_all_timelines())
                 last_recovery_check = _now()
@@ -275,7 +286,7 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     except Exception as e:  # noqa: BLE001 - the next run re-reads from an older cursor
         log.warning("restart cursor not saved: %s", e)
     counts = dict(reporter.counts)
-    if intake.rejected:
-        counts["invalid"] = len(intake.rejected)
+    if intake.rejected or job_intake.rejected:
+        counts["invalid"] = len(intake.rejected) + len(job_intake.rejected)
     log.info("restart diagnostics: %s", counts)
     return counts

@@ -29,6 +29,7 @@ from typing import Any
 from gpuops.common.settings import WatcherSettings, get_settings
 from gpuops.sensors.emitter import PAYLOAD_LIMIT_BYTES, EventSender, build_event, workload_related
 from gpuops.sensors.evidence_capture import EvidenceCapture
+from gpuops.sensors.job_failures import JobFailureWatch
 from gpuops.sensors.pod_secrets import PodSecretReader, redact_watcher_logs
 from gpuops.sensors.restart_detector import DetectedRestart, ReportedStore, detect_restarts
 from gpuops.sensors.watch_loop import WatchLoop
@@ -106,12 +107,15 @@ class ClusterWatcher:
                               stop=self.stop_event)
         self.nodes = WatchLoop("nodes", kube.core.list_node, on_event=self._on_node,
                                on_relist=self._on_node_relist, stop=self.stop_event)
+        # A Job's own end (backoffLimit, deadline): `gpuops.job.failed` (job_failures.py).
+        self.jobs = JobFailureWatch(kube, self.sender, state_file=state_file,
+                                    stop=self.stop_event)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> ClusterWatcher:
         for target, name in ((self.pods.run, "watch-pods"), (self.nodes.run, "watch-nodes"),
-                             (self._deliver, "deliver")):
+                             (self.jobs.run, "watch-jobs"), (self._deliver, "deliver")):
             self._threads.append(threading.Thread(target=target, name=name, daemon=True))
         for i in range(self._workers):
             self._threads.append(threading.Thread(target=self._work, name=f"capture-{i}",

@@ -14,8 +14,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuops.common.annotations import gpuops_annotations
 from gpuops.common.errors import KubeError, KubeNotFound
 from gpuops.common.redact import pod_env_secrets, redact, redact_text
+from gpuops.sensors.job_failures import owning_workload
 from gpuops.sensors.restart_detector import DetectedRestart
 from gpuops.tasks.evidence import (
     Condition,
@@ -141,7 +143,8 @@ class EvidenceCapture:
             cluster=self.kube.cluster_name, namespace=ns, pod=name, pod_uid=restart.pod_uid,
             container=restart.container, container_kind=restart.kind,
             restart_count=restart.restart_count, trigger=restart.trigger,
-            trigger_reason=restart.reason, pod_reason=status.get("reason", ""),
+            trigger_reason=restart.reason, container_instance=restart.instance,
+            pod_reason=status.get("reason", ""),
             pod_message=status.get("message", ""),
             pod_conditions=[PodCondition(type=c.get("type", ""), status=c.get("status", ""),
                                       reason=c.get("reason", ""), message=c.get("message", ""))
@@ -156,6 +159,7 @@ class EvidenceCapture:
             namespace_labels=(namespace.get("metadata") or {}).get("labels") or {},
             namespace_annotations={k: v for k, v in ((namespace.get("metadata") or {}).get(
                 "annotations") or {}).items() if k.startswith("gpuops.io/")},
+            pod_annotations=gpuops_annotations((pod.get("metadata") or {}).get("annotations")),
             workload=Workload(kind=owner.get("kind", "Pod"),
                               name=(owner.get("metadata") or {}).get("name", name),
                               namespace=ns, uid=(owner.get("metadata") or {}).get("uid"),
@@ -173,11 +177,12 @@ class EvidenceCapture:
         return RestartEvidence.model_validate(redact(evidence.model_dump(), secrets))
 
     def _previous_log(self, restart: DetectedRestart) -> tuple[str, int, bool, str]:
-        if restart.trigger == "waiting" or restart.restart_count == 0:
+        if restart.log_source == "none":
             return "", 0, False, "no previous container instance"
-        try:
+        try:  # a container that was not restarted: its own log is the one that ended
             text = self.kube.read_log(restart.namespace, restart.pod, restart.container,
-                                      previous=True, limit_bytes=self.log_cap_bytes + 1)
+                                      previous=restart.log_source == "previous",
+                                      limit_bytes=self.log_cap_bytes + 1)
         except KubeError as e:
             return "", 0, False, str(e)
         raw = text.encode()
@@ -202,7 +207,7 @@ class EvidenceCapture:
             return pod
         # Rollout state changes, so owners are re-read; only the chain shape is cached.
         try:
-            return self.kube.top_owner(pod)
+            return owning_workload(self.kube, pod)
         except KubeError as e:
             log.info("owner of %s unreadable: %s", pod["metadata"]["name"], e)
             return {"kind": ref["kind"], "metadata": {"name": ref["name"], "uid": ref.get("uid")}}

@@ -127,8 +127,15 @@ class Workload(_Model):
     rolling_out: bool = False
 
 
+Trigger = Literal["restart", "pod-failed", "waiting", "terminated"]
+
+
 class RestartEvidence(_Model):
-    """One restart of one container instance; `identity` is unique per restart."""
+    """One restart of one container instance; `identity` is unique per restart.
+
+    Not only restarts: a container that failed in a pod that will not restart it (a Job's
+    pod with restartPolicy Never) is reported the same way (`trigger` "terminated"), and so
+    is a pod taken away ("pod-failed") or a container that cannot start ("waiting")."""
 
     schema_version: int = SCHEMA_VERSION
     cluster: str
@@ -138,10 +145,13 @@ class RestartEvidence(_Model):
     container: str
     container_kind: Literal["init", "sidecar", "app"] = "app"
     restart_count: int = Field(ge=0)
-    #: what was seen: a container restart, a pod taken away (evicted, preempted, node
-    #: failure), or a container stuck before it could start (image pull, config error)
-    trigger: Literal["restart", "pod-failed", "waiting"] = "restart"
+    #: what was seen: a container restart, a container that failed and will not be
+    #: restarted (`state.terminated`), a pod taken away (evicted, preempted, node failure),
+    #: or a container stuck before it could start (image pull, config error)
+    trigger: Trigger = "restart"
     trigger_reason: str = ""  # the pod's failure reason, or the container's waiting reason
+    #: for "terminated": which container instance ended (its containerID, else finishedAt)
+    container_instance: str = ""
     image: str = ""
     node: str = ""
     requests: dict[str, str] = Field(default_factory=dict)
@@ -157,7 +167,11 @@ class RestartEvidence(_Model):
     pod_labels: dict[str, str] = Field(default_factory=dict)
     namespace_labels: dict[str, str] = Field(default_factory=dict)
     namespace_annotations: dict[str, str] = Field(default_factory=dict)
+    #: the pod's `gpuops.io/` annotations: what gpuops itself recorded on it (an eviction)
+    pod_annotations: dict[str, str] = Field(default_factory=dict)
     workload: Workload
+    #: the log of the instance that ended: the previous one for a restart, the current one
+    #: when no restart followed (a failed Job pod, a pod taken away)
     previous_log: str = ""
     previous_log_bytes: int = 0
     previous_log_truncated: bool = False
@@ -176,7 +190,27 @@ class RestartEvidence(_Model):
         base = f"{self.pod_uid}/{self.container}/{self.restart_count}"
         if self.trigger == "restart":
             return base
+        if self.trigger == "terminated":
+            return f"{base}/terminated-{self.container_instance}"
         return f"{base}/{self.trigger}-{self.trigger_reason}"
+
+    def termination(self) -> TerminatedState | None:
+        """The termination this event is about: `lastState` for a restart (falling back to
+        `state`), the current `state` when no restart followed. A pod taken away is not a
+        termination of its own: an older `lastState` (a crash an hour ago) is not its cause."""
+        if self.trigger == "restart":
+            return self.last_state.terminated or self.state.terminated
+        if self.trigger == "waiting":
+            return self.last_state.terminated
+        return self.state.terminated
+
+    @property
+    def termination_field(self) -> str:
+        """Where `termination()` comes from, as the pod's status names it."""
+        last = self.last_state.terminated
+        if last is not None and self.termination() is last:
+            return "lastState.terminated"
+        return "state.terminated"
 
     @property
     def workload_key(self) -> str:
@@ -185,3 +219,41 @@ class RestartEvidence(_Model):
 
     def log_tail(self, lines: int = 20) -> list[str]:
         return self.previous_log.splitlines()[-lines:]
+
+
+class JobFailure(_Model):
+    """A Job that gave up: its `Failed` condition (`BackoffLimitExceeded`, `DeadlineExceeded`,
+    ...), as the watcher saw it. The payload of `gpuops.job.failed`; reported in the Slack
+    threads of the Job's failed pods."""
+
+    schema_version: int = SCHEMA_VERSION
+    cluster: str
+    namespace: str
+    name: str
+    uid: str
+    reason: str = ""
+    message: str = ""
+    failed_pods: int = Field(0, ge=0)  # `status.failed`
+    succeeded_pods: int = Field(0, ge=0)
+    backoff_limit: int | None = None  # `spec.backoffLimit` (Kubernetes' default is 6)
+    active_deadline_seconds: int | None = None
+    started_at: Timestamp | None = None  # `status.startTime`
+    failed_at: Timestamp | None = None  # the condition's lastTransitionTime
+    owner: str = ""  # "CronJob/nightly" when a CronJob made the Job
+    pod_labels: dict[str, str] = Field(default_factory=dict)  # the pod template's
+    namespace_labels: dict[str, str] = Field(default_factory=dict)
+    namespace_annotations: dict[str, str] = Field(default_factory=dict)
+    observed_at: Timestamp
+
+    @property
+    def identity(self) -> str:
+        return f"{self.uid}/job-failed-{self.reason}"
+
+    @property
+    def workload(self) -> Workload:
+        return Workload(kind="Job", name=self.name, namespace=self.namespace, uid=self.uid)
+
+    @property
+    def workload_key(self) -> str:
+        """As the Job's pods' evidence has it, so both land in one timeline."""
+        return f"{self.cluster}/{self.namespace}/Job/{self.name}"

@@ -20,6 +20,7 @@ from datetime import datetime
 from functools import cached_property, lru_cache
 from typing import Any
 
+from gpuops.common.annotations import EVICTED_BY, EVICTED_BY_FLOW, EVICTED_BY_RUN
 from gpuops.tasks.evidence import (
     ContainerState,
     KubeEvent,
@@ -79,10 +80,10 @@ class RestartFacts:
 
     def __init__(self, evidence: RestartEvidence) -> None:
         self.evidence = evidence
-        last = evidence.last_state.terminated
-        # A container that has not restarted (a Failed pod) has only its current state.
-        self.terminated: TerminatedState | None = last or evidence.state.terminated
-        self.terminated_field = "lastState.terminated" if last else "state.terminated"
+        # A restart's is `lastState`; a container that was not restarted has only its current
+        # state; a pod taken away ends with whatever killed it, not with an older crash.
+        self.terminated: TerminatedState | None = evidence.termination()
+        self.terminated_field = evidence.termination_field
 
     @cached_property
     def exit_code(self) -> int | None:
@@ -428,6 +429,33 @@ def _workload_rolling_out(value: bool, facts: RestartFacts, _: float) -> Match |
     if w.rolling_out != value:
         return None
     return Match((f"{w.kind}/{w.name} is rolling out a new revision",) if value else ())
+
+
+@condition("trigger")
+def _trigger(value: list[str], facts: RestartFacts, _: float) -> Match | None:
+    return Match() if facts.evidence.trigger in value else None
+
+
+_EVICTING = ("EvictionByEvictionAPI",)
+
+
+@condition("evicted_by_gpuops")
+def _evicted_by_gpuops(value: bool, facts: RestartFacts, _: float) -> Match | None:
+    """The pod was evicted through the Eviction API by a gpuops run, which recorded itself on
+    the pod first (`gpuops.io/evicted-by`, set by the evict action)."""
+    ev = facts.evidence
+    run_id = ev.pod_annotations.get(EVICTED_BY, "")
+    evicted = ev.trigger == "pod-failed" and (ev.pod_reason == "Evicted" or any(
+        c.type == "DisruptionTarget" and c.status == "True" and c.reason in _EVICTING
+        for c in ev.pod_conditions))
+    if bool(run_id and evicted) != value:
+        return None
+    if not value:
+        return Match()
+    run = ev.pod_annotations.get(EVICTED_BY_RUN, "") or run_id
+    flow = ev.pod_annotations.get(EVICTED_BY_FLOW, "") or "a gpuops flow"
+    return Match((f"pod annotation {EVICTED_BY}={run_id} (flow run {run} of {flow})",),
+                 {"evicted_by_run": run, "evicted_by_flow": flow, "evicted_by": run_id})
 
 
 @condition("container_kind")

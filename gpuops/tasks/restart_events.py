@@ -1,5 +1,5 @@
-"""`gpuops.pod.restarted` events from the Prefect server: read back once stored, oldest
-first, and followed live as the server receives them."""
+"""`gpuops.pod.restarted` (and `gpuops.job.failed`) events from the Prefect server: read
+back once stored, oldest first, and followed live as the server receives them."""
 
 from __future__ import annotations
 
@@ -21,11 +21,14 @@ from prefect.events.filters import (
 )
 
 RESTARTED = "gpuops.pod.restarted"
+JOB_FAILED = "gpuops.job.failed"  # a Job gave up: reported in its pods' threads
+RESTART_DIAGNOSTICS_EVENTS = (RESTARTED, JOB_FAILED)  # what the restart flow handles
 
 
 def _restart_filter(cluster: str) -> EventFilter:
-    """This cluster's restart events (one Prefect server may serve many clusters)."""
-    return EventFilter(event=EventNameFilter(name=[RESTARTED]),
+    """This cluster's restart and Job-failure events (one Prefect server may serve many
+    clusters)."""
+    return EventFilter(event=EventNameFilter(name=list(RESTART_DIAGNOSTICS_EVENTS)),
                        resource=EventResourceFilter(id_prefix=[f"k8s.{cluster}."]))
 
 

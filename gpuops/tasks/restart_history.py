@@ -24,20 +24,24 @@ MAX_ROWS = 300
 
 @dataclass
 class TimelineRow:
+    """One restart (or the Job's own failure) of the workload. The table's columns follow
+    the field order: what a person scans first (time, container, cause, exit) comes first,
+    the identity that deduplicates comes last."""
+
     time: str
-    identity: str
-    pod: str
     container: str
-    container_kind: str
-    restart_count: int
     cause: str
-    confidence: float
-    node: str
     exit: str
-    reported: str  # "posted", "skipped: <why>", "invalid"
+    pod: str
+    node: str
+    restart_count: int
+    confidence: float
+    container_kind: str
+    reported: str  # "posted", "skipped: <why>", "invalid", "job-failed" (the Job's own end)
     channel: str = ""
     thread_ts: str = ""  # the parent message of this (workload, cause)
     recovered_at: str = ""
+    identity: str = ""
 
 
 @dataclass

@@ -24,7 +24,13 @@ from typing import Any
 
 from gpuops.common.redact import redact_text
 from gpuops.tasks.diagnose import Diagnosis, exit_meaning
-from gpuops.tasks.evidence import ContainerState, RestartEvidence, Workload, rfc3339
+from gpuops.tasks.evidence import (
+    ContainerState,
+    JobFailure,
+    RestartEvidence,
+    Workload,
+    rfc3339,
+)
 from gpuops.tasks.restart_conditions import parse_time
 
 SECTION_LIMIT = 3000  # Slack: a section's text
@@ -46,7 +52,9 @@ Restart = tuple[RestartEvidence, Diagnosis]
 
 @dataclass(frozen=True)
 class RestartLinks:
-    """Where a person can read more (URLs made by the flow; any may be missing)."""
+    """Where a person can read more (URLs made by the flow; any may be missing): the
+    restart's own report artifact first; the flow run (a standing run handles hundreds of
+    restarts) only when there is no report to point at."""
 
     flow_run_url: str | None = None
     artifact_url: str | None = None
@@ -152,11 +160,36 @@ def _confidence_word(confidence: float) -> str:
     return "high" if confidence >= 0.85 else "medium" if confidence >= 0.6 else "low"
 
 
-def _exit_summary(evidence: RestartEvidence) -> str:
+_POD_ENDINGS = {  # why a pod was taken away, as a person says it
+    "EvictionByEvictionAPI": "Evicted (Eviction API)", "Evicted": "Evicted",
+    "PreemptionByScheduler": "Preempted", "Preempting": "Preempted",
+    "TerminationByKubelet": "Terminated by the kubelet",
+    "DeletionByTaintManager": "Deleted by the taint manager (node unreachable)",
+    "DeletionByPodGC": "Deleted by the pod garbage collector", "Shutdown": "Node shut down",
+    "NodeShutdown": "Node shut down", "Terminated": "Terminated (node shutdown)",
+    "DeadlineExceeded": "Active deadline exceeded", "NodeLost": "Node lost",
+}
+
+
+def what_happened(evidence: RestartEvidence) -> str:
+    """ "Restart #7", "Failed, not restarted", "Evicted (Eviction API)", "Cannot start:
+    ErrImagePull": what was seen, in words (a pod taken away is not a restart)."""
+    ev = evidence
+    if ev.trigger == "restart":
+        return f"Restart #{ev.restart_count}"
+    if ev.trigger == "terminated":
+        return "Failed, not restarted"
+    if ev.trigger == "waiting":
+        return f"Cannot start: {ev.trigger_reason}"
+    return _POD_ENDINGS.get(ev.trigger_reason, f"Pod ended: {ev.trigger_reason}")
+
+
+def exit_summary(evidence: RestartEvidence) -> str:
     """ "137 (OOMKilled)", "139 (Error), segmentation fault (SIGSEGV)", or the waiting reason."""
-    state = evidence.last_state if evidence.last_state.terminated else evidence.state
-    t = state.terminated
+    t = evidence.termination()
     if t is None:
+        if evidence.trigger == "pod-failed":
+            return "none (the container was still running)"
         return evidence.state.waiting_reason or "not terminated"
     code = "?" if t.exit_code is None else str(t.exit_code)
     text = f"{code} ({t.reason})" if t.reason else code
@@ -195,14 +228,15 @@ def _log_section(evidence: RestartEvidence, clean: _Redactor, lines: int,
     if not tail:
         why = evidence.log_error or "the previous container wrote nothing"
         return _section(f"*{title}*\n_No previous log: {escape_mrkdwn(clean(why))}_")
-    heading = f"*{title}* (`{escape_mrkdwn(evidence.container)}`, previous instance)"
+    which = "previous instance" if evidence.trigger == "restart" else "the instance that ended"
+    heading = f"*{title}* (`{escape_mrkdwn(evidence.container)}`, {which})"
     return _section(heading + "\n" + _code_block(tail, SECTION_LIMIT - len(heading) - 1))
 
 
 def _links_context(links: RestartLinks) -> dict[str, Any] | None:
-    return _context([_link(links.flow_run_url, "Prefect flow run"),
-                     _link(links.artifact_url, "Restart report"),
-                     _link(links.timeline_url, "Restart timeline")])
+    report = _link(links.artifact_url, "Restart report") or _link(links.flow_run_url,
+                                                                   "Prefect flow run")
+    return _context([report, _link(links.timeline_url, "Restart timeline")])
 
 
 def _latest(restarts: Sequence[Restart]) -> Restart:
@@ -253,8 +287,10 @@ def parent_blocks(restarts: Sequence[Restart], *, links: RestartLinks = RestartL
         ("Pod", f"`{escape_mrkdwn(ev.namespace)}/{escape_mrkdwn(ev.pod)}`"),
         ("Node", f"`{escape_mrkdwn(ev.node)}`" if ev.node else "_not scheduled_"),
         ("Image", _inline_code(clean(ev.image), 300) if ev.image else "_unknown_"),
-        ("Restart count", str(ev.restart_count)),
-        ("Exit", escape_mrkdwn(clean(_exit_summary(ev)))),
+        ("Event", escape_mrkdwn(what_happened(ev)) + (
+            f" (restart count {ev.restart_count})" if ev.trigger != "restart"
+            and ev.restart_count else "")),
+        ("Exit", escape_mrkdwn(clean(exit_summary(ev)))),
     ]
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": True}},
@@ -286,8 +322,8 @@ def parent_blocks(restarts: Sequence[Restart], *, links: RestartLinks = RestartL
 
 def _restart_line(ev: RestartEvidence, dx: Diagnosis, clean: _Redactor) -> str:
     who = f"`{escape_mrkdwn(ev.pod)}/{escape_mrkdwn(ev.container)}` ({ev.container_kind})"
-    return (f"*Restart #{ev.restart_count}* at {_slack_time(ev.observed_at)} · {who} · "
-            f"exit {escape_mrkdwn(clean(_exit_summary(ev)))} · confidence {dx.confidence:.2f}"
+    return (f"*{escape_mrkdwn(what_happened(ev))}* at {_slack_time(ev.observed_at)} · {who} · "
+            f"exit {escape_mrkdwn(clean(exit_summary(ev)))} · confidence {dx.confidence:.2f}"
             + (f" · node `{escape_mrkdwn(ev.node)}`" if ev.node else ""))
 
 
@@ -318,7 +354,7 @@ def reply_blocks(restarts: Sequence[Restart], *, links: RestartLinks = RestartLi
         _log_section(ev, clean, log_lines, f"Last {log_lines} log lines"),
         _links_context(links),
     ]
-    latest = f"Restart #{ev.restart_count} of {ev.pod}/{ev.container}"
+    latest = f"{what_happened(ev)} of {ev.pod}/{ev.container}"
     text = latest if len(ordered) == 1 else f"{len(ordered)} restarts, latest {latest}"
     text = truncate(escape_mrkdwn(clean(f"{text}: {dx.title}")), FALLBACK_LIMIT)
     return SlackMessage(text=text, blocks=[b for b in blocks if b])
@@ -336,6 +372,61 @@ def recovered_blocks(*, cluster: str, workload: Workload, ready_minutes: float,
     text = truncate(f"Recovered: {name} Ready for {_duration(ready_minutes * 60)}",
                     FALLBACK_LIMIT)
     return SlackMessage(text=text, blocks=blocks)
+
+
+def _pods(n: int) -> str:
+    return f"{n} failed pod{'s' * (n != 1)}"
+
+
+def job_failure_summary(failure: JobFailure) -> str:
+    """ "Job failed: backoffLimit (2) reached after 3 failed pods", "Job failed:
+    activeDeadlineSeconds (3600 s) passed after 1 failed pod"."""
+    f = failure
+    if f.reason == "BackoffLimitExceeded":
+        limit = 6 if f.backoff_limit is None else f.backoff_limit  # Kubernetes' default
+        return f"Job failed: backoffLimit ({limit}) reached after {_pods(f.failed_pods)}"
+    if f.reason == "DeadlineExceeded":
+        deadline = (f" ({f.active_deadline_seconds} s)" if f.active_deadline_seconds
+                    is not None else "")
+        after = f" after {_pods(f.failed_pods)}" if f.failed_pods else ""
+        return f"Job failed: activeDeadlineSeconds{deadline} passed{after}"
+    return f"Job failed: {f.reason or 'no reason given'}" + (
+        f" after {_pods(f.failed_pods)}" if f.failed_pods else "")
+
+
+def job_failure_blocks(failure: JobFailure, *, in_thread: bool,
+                       links: RestartLinks = RestartLinks()) -> SlackMessage:
+    """The Job's own end: a reply in the threads of its pods' failures (`in_thread`), or a
+    parent of its own when none of its pods' failures was reported (a deadline that struck
+    a running pod)."""
+    f = failure
+    summary = job_failure_summary(f)
+    job = f"Job/{f.name}"
+    ran = ""
+    start, end = parse_time(f.started_at), parse_time(f.failed_at)
+    if start and end:
+        ran = f" after running {_duration((end - start).total_seconds())}"
+    lines = [(f"🛑 *{escape_mrkdwn(summary)}*{ran} · {escape_mrkdwn(job)} in "
+             f"`{escape_mrkdwn(f.namespace)}` (cluster `{escape_mrkdwn(f.cluster)}`)")]
+    if f.message:
+        lines.append(f"Job condition Failed, reason `{escape_mrkdwn(f.reason)}`: "
+                     f"{escape_mrkdwn(redact_text(f.message))}")
+    if f.succeeded_pods:
+        lines.append(f"{f.succeeded_pods} pod{'s' * (f.succeeded_pods != 1)} succeeded.")
+    if f.owner:
+        lines.append(f"Created by {escape_mrkdwn(f.owner)}: its next run is a new Job.")
+    lines.append("No more pods will be started: fix the cause above and create the Job "
+                 f"again (`kubectl describe job -n {escape_mrkdwn(f.namespace)} "
+                 f"{escape_mrkdwn(f.name)}`).")
+    blocks: list[dict[str, Any] | None] = []
+    if not in_thread:
+        header = truncate(f"🔴 {summary} · {job}", HEADER_LIMIT, "…")
+        blocks.append({"type": "header", "text": {"type": "plain_text", "text": header,
+                                                  "emoji": True}})
+    blocks += [_section("\n".join(lines)), _links_context(links)]
+    text = truncate(escape_mrkdwn(f"{summary}: {job} in {f.cluster}/{f.namespace}"),
+                    FALLBACK_LIMIT)
+    return SlackMessage(text=text, blocks=[b for b in blocks if b])
 
 
 # --- artifacts ---------------------------------------------------------------------------------
@@ -376,16 +467,32 @@ def _state_rows(label: str, state: ContainerState) -> list[tuple[str, str]]:
     return [(k, v) for k, v in rows if v]
 
 
+def _report_time(evidence: RestartEvidence) -> str:
+    at = parse_time(evidence.observed_at)
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC") if at else "unknown time"
+
+
+def report_title(evidence: RestartEvidence, diagnosis: Diagnosis) -> str:
+    """What a restart's report is called where reports are listed (the artifact's
+    description): time, workload, container, cause and exit, in the order a person scans
+    them, e.g. `2025-06-01 10:00:01 UTC · Job/finetune · trainer · cuda-oom · exit 1 (Error)`."""
+    w = evidence.workload
+    return redact_text(f"{_report_time(evidence)} · {w.kind}/{w.name} · {evidence.container} · "
+                       f"{diagnosis.cause} · exit {exit_summary(evidence)}")
+
+
 def restart_markdown(evidence: RestartEvidence, diagnosis: Diagnosis,
                      links: RestartLinks = RestartLinks(), *,
                      log_lines: int = ARTIFACT_LOG_LINES,
                      known_secrets: Iterable[str] = ()) -> str:
-    """The per-restart report (a Prefect markdown artifact): everything that was captured."""
+    """The per-restart report (a Prefect markdown artifact): everything that was captured,
+    led by when, which workload and container, the cause and the exit."""
     clean = _Redactor(known_secrets)
     ev, dx = evidence, diagnosis
     w = ev.workload
-    out = [f"# {dx.title}: {w.kind}/{w.name}", "",
-           (f"**Cause** `{dx.cause}` · **confidence** {dx.confidence:.2f} "
+    out = [f"# {_report_time(ev)} · {w.kind}/{w.name} · {ev.container}: {dx.title}", "",
+           (f"**{what_happened(ev)}** · **cause** `{dx.cause}` · **exit** "
+            f"{exit_summary(ev)} · **confidence** {dx.confidence:.2f} "
             f"({_confidence_word(dx.confidence)}) · **fault** {'yes' if dx.fault else 'no'} · "
             f"rule `{dx.rule_id}`"), "", dx.explanation, "", "## Evidence", ""]
     out += [f"- `{line.replace('`', chr(39))}`" for line in dx.evidence_lines] or ["- (none)"]
@@ -394,16 +501,19 @@ def restart_markdown(evidence: RestartEvidence, diagnosis: Diagnosis,
         out += _table(["cause", "confidence"], [(c, f"{s:.2f}") for c, s in dx.alternatives])
     rolling = " (rolling out)" if w.rolling_out else ""
     facts = [
-        ("cluster", ev.cluster), ("namespace", ev.namespace), ("pod", ev.pod),
-        ("pod uid", ev.pod_uid), ("container", f"{ev.container} ({ev.container_kind})"),
-        ("restart count", ev.restart_count), ("restarts missed", ev.restarts_missed),
+        ("observed at", rfc3339(ev.observed_at)), ("workload", f"{w.kind}/{w.name}{rolling}"),
+        ("container", f"{ev.container} ({ev.container_kind})"), ("event", what_happened(ev)),
+        ("exit", exit_summary(ev)), ("cluster", ev.cluster), ("namespace", ev.namespace),
+        ("pod", ev.pod), ("restart count", ev.restart_count),
+        ("restarts missed", ev.restarts_missed),
         ("image", ev.image), ("node", ev.node),
         ("requests", ", ".join(f"{k}={v}" for k, v in ev.requests.items())),
         ("limits", ", ".join(f"{k}={v}" for k, v in ev.limits.items())),
         ("pod phase", ev.pod_phase), ("pod reason", ev.pod_reason),
         ("pod message", ev.pod_message), ("pod deleting", "yes" if ev.pod_deleting else ""),
-        ("workload", f"{w.kind}/{w.name}{rolling}"), ("observed at", rfc3339(ev.observed_at)),
-        ("captured at", rfc3339(ev.captured_at)),
+        *[(f"pod annotation {k}", v) for k, v in sorted(ev.pod_annotations.items())],
+        ("captured at", rfc3339(ev.captured_at)), ("pod uid", ev.pod_uid),
+        ("identity", ev.identity),
     ]
     out += ["", "## Restart", ""]
     out += _table(["field", "value"], [(k, v) for k, v in facts if v not in ("", None, 0)
@@ -430,13 +540,14 @@ def restart_markdown(evidence: RestartEvidence, diagnosis: Diagnosis,
                   ) if ev.node_xids else ["(none)"]
     tail, total = clean.log_tail(ev, log_lines)
     where = " (cut at capture: only the end was kept)" if ev.previous_log_truncated else ""
-    out += ["", f"## Previous log: last {len(tail)} of {total} lines{where}", ""]
+    which = "Previous log" if ev.trigger == "restart" else "Log of the instance that ended"
+    out += ["", f"## {which}: last {len(tail)} of {total} lines{where}", ""]
     if ev.previous_log_ref:
         out.append(f"The whole log is stored as `{ev.previous_log_ref}`.")
         out.append("")
     out += _fenced(tail) if tail else [f"(no log: {ev.log_error or 'empty'})"]
     link_lines = [f"- [{label}]({url})" for label, url in (
-        ("Prefect flow run", links.flow_run_url), ("Restart timeline", links.timeline_url))
+        ("Restart timeline", links.timeline_url), ("Prefect flow run", links.flow_run_url))
         if url]
     if link_lines:
         out += ["", "## Links", "", *link_lines]
@@ -455,12 +566,13 @@ def timeline_rows(restarts: Sequence[Restart], *, slack_links: Mapping[str, str]
                                               or _NEVER, r[0].restart_count))
     return [{
         "time": rfc3339(ev.observed_at),
-        "pod": ev.pod,
         "container": f"{ev.container} ({ev.container_kind})",
-        "restartCount": ev.restart_count,
         "cause": dx.cause,
-        "confidence": round(dx.confidence, 2),
+        "exit": clean(exit_summary(ev)),
+        "event": what_happened(ev),
+        "pod": ev.pod,
         "node": ev.node,
-        "exit": clean(_exit_summary(ev)),
+        "restartCount": ev.restart_count,
+        "confidence": round(dx.confidence, 2),
         "slack": links.get(ev.identity, ""),
     } for ev, dx in ordered]

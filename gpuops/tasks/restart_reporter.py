@@ -8,11 +8,22 @@ concurrently; every Slack call is a Prefect task (retried, visible in the UI) he
 own rate limits (slack_limits.py).
 The state lives in the timeline artifacts (restart_history.py), saved in the background
 right after each post.
+
+A message links to the report artifact of the restart it is about: that report is written
+while the batch is classified and its Slack slot reserved, so its id is usually known when
+the message goes out (a report that takes longer than `REPORT_LINK_WAIT_S` is linked no
+more; the message is not held back for it). The other restarts' reports follow in the
+background.
+
+A Job's own failure (`gpuops.job.failed`) is a reply in the open threads of the Job's pods'
+failures. The Job's last pod may be reported just after the Job itself: a failure that finds
+no thread yet waits up to `JOB_FAILURE_GRACE` for one, then gets a parent of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -25,6 +36,7 @@ from prefect.artifacts import acreate_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.events import Event
 from prefect.runtime import flow_run as runtime_flow_run
+from prefect.settings import get_current_settings
 from slack_sdk.errors import SlackApiError
 
 from gpuops.blocks.connections import SlackConnection
@@ -33,9 +45,9 @@ from gpuops.common.latest import LatestSaver
 from gpuops.tasks import slack
 from gpuops.tasks.diagnose import Diagnosis, diagnose
 from gpuops.tasks.event_intake import EventIntake, handling_problem
-from gpuops.tasks.evidence import RestartEvidence, Workload
+from gpuops.tasks.evidence import JobFailure, RestartEvidence, Workload
 from gpuops.tasks.kube import Kube
-from gpuops.tasks.restart_filters import route_channel, skip_reason
+from gpuops.tasks.restart_filters import job_skip_reason, route_channel, skip_reason
 from gpuops.tasks.restart_history import (
     Timeline,
     TimelineRow,
@@ -46,9 +58,14 @@ from gpuops.tasks.restart_recovery import workload_ready_since
 from gpuops.tasks.restart_report import (
     Restart,
     RestartLinks,
+    SlackMessage,
+    exit_summary,
+    job_failure_blocks,
+    job_failure_summary,
     parent_blocks,
     recovered_blocks,
     reply_blocks,
+    report_title,
     restart_markdown,
 )
 from gpuops.tasks.restart_rules import RuleSet
@@ -59,6 +76,9 @@ SLACK_TROUBLE = {"ratelimited", "internal_error", "fatal_error", "service_unavai
 THREAD_GONE = {"message_not_found", "thread_not_found", "channel_not_found", "is_archived"}
 WORKLOADS_AT_ONCE = 8  # workloads of one batch handled concurrently
 REPORTS_AT_ONCE = 4  # restart report artifacts written concurrently, in the background
+REPORT_LINK_WAIT_S = 0.5  # a message waits at most this for its report's id, once ready
+JOB_FAILURE_GRACE = timedelta(seconds=15)
+JOB_FAILED_CAUSE = "job-failed"  # the thread of a Job failure none of whose pods was reported
 
 
 def _now() -> datetime:
@@ -94,6 +114,7 @@ class _Parent:
     message: slack.PostedMessage
     timeline: Timeline
     latest: Restart
+    links: RestartLinks
     edited_at: float = float("-inf")  # time.monotonic() of our last edit in this run
     replies: int = 0  # replies posted under it in this run
     edited_replies: int = 0  # replies its last edit counted
@@ -111,6 +132,7 @@ class _Group:
     items: list[tuple[RestartEvidence, Diagnosis, TimelineRow]]
     thread: TimelineRow | None
     channel: str
+    report: asyncio.Task | None = None  # the latest restart's report artifact: its id
 
 
 @dataclass
@@ -125,30 +147,36 @@ class RestartReporter:
     """One run's work: per workload, classify, post or thread, and record the timeline."""
 
     def __init__(self, policy: RestartPolicy, rules: RuleSet, conn: SlackConnection,
-                 kube: Kube, intake: EventIntake[RestartEvidence]) -> None:
+                 kube: Kube, intake: EventIntake[RestartEvidence],
+                 job_intake: EventIntake[JobFailure] | None = None) -> None:
         self.policy, self.rules, self.conn, self.kube = policy, rules, conn, kube
         self.intake = intake  # where a restart that cannot be handled is rejected
+        self.job_intake: EventIntake[Any] = job_intake or intake  # and a Job failure
         self.log = get_run_logger()
         self.limits = SlackLimits(policy, self.log)
         self.timelines: dict[str, Timeline] = {}
         self.parents: dict[str, _Parent] = {}  # thread ts -> parent
         self.counts: dict[str, int] = defaultdict(int)
         self.links = RestartLinks(flow_run_url=runtime_flow_run.ui_url)
-        self._background: list[asyncio.Task] = []
+        self.ui_url = get_current_settings().ui_url  # None: no links
+        self._reports: dict[str, asyncio.Task] = {}  # restart identity -> its report's id
+        self._waiting_jobs: list[tuple[JobFailure, Event]] = []
         self._edits: asyncio.Task | None = None
         self._report_gate = asyncio.Semaphore(REPORTS_AT_ONCE)
         self._saves = LatestSaver(save_timeline)  # workload key -> its timeline
 
     async def finish(self) -> None:
-        """Bring every edited thread's parent up to date, wait for the timelines to be saved
-        (raising if one was not), the restart reports and the rate-limit records."""
+        """Post the Job failures still waiting for a thread, bring every edited thread's
+        parent up to date, wait for the timelines to be saved (raising if one was not), the
+        restart reports and the rate-limit records."""
+        await self.handle_job_failures([], final=True)
         if self._edits is not None:
             await self._edits
         await self.update_parents(final=True)
         await self._saves.flush()
         await self.limits.finish()
-        results = await asyncio.gather(*self._background, return_exceptions=True)
-        self._background.clear()
+        results = await asyncio.gather(*self._reports.values(), return_exceptions=True)
+        self._reports.clear()
         for error in (r for r in results if isinstance(r, BaseException)):
             self.log.warning("a restart report artifact was not written: %s", error)
 
@@ -216,8 +244,26 @@ class RestartReporter:
         for cause, items in by_cause.items():
             thread = timeline.thread_for(cause, now, window)
             channel = thread.channel if thread else route_channel(items[-1][0], self.policy)
-            plan.groups.append(_Group(items, thread, channel))
+            # Its message links to it: written now, beside the batch's rate-limit slots.
+            evidence, diagnosis, _ = items[-1]
+            report = self._report_of(evidence, diagnosis, at_once=True)
+            plan.groups.append(_Group(items, thread, channel, report))
         return plan
+
+    def _timeline_url(self, timeline: Timeline) -> str | None:
+        """The timeline's keyed artifact in the UI (`/artifacts/key/<key>`)."""
+        return f"{self.ui_url}/artifacts/key/{timeline.key}" if self.ui_url else None
+
+    async def _links(self, timeline: Timeline, report: asyncio.Task | None) -> RestartLinks:
+        """Links for a message: the restart's own report (its artifact's UI route,
+        `/artifacts/artifact/<id>`) if its id comes in time, the workload's timeline."""
+        artifact_url = None
+        if report is not None and self.ui_url:
+            done, _ = await asyncio.wait({report}, timeout=REPORT_LINK_WAIT_S)
+            if done and not report.cancelled() and report.exception() is None:
+                artifact_url = f"{self.ui_url}/artifacts/artifact/{report.result()}"
+        return RestartLinks(flow_run_url=self.links.flow_run_url, artifact_url=artifact_url,
+                            timeline_url=self._timeline_url(timeline))
 
     async def _report(self, plan: _WorkloadPlan) -> None:
         timeline = plan.timeline
@@ -235,15 +281,32 @@ class RestartReporter:
         if plan.skipped and not plan.groups:
             self._saves.save(timeline.workload_key, timeline)
         # The per-restart reports are history, not state: written in the background so the
-        # next batch's Slack messages do not wait for them (`finish` waits).
-        self._background.extend(asyncio.create_task(self._write_report(evidence, diagnosis))
-                                for evidence, diagnosis in plan.handled)
+        # next batch's Slack messages do not wait for them (`finish` waits). The reports
+        # the messages link to were started when the batch was classified.
+        for evidence, diagnosis in plan.handled:
+            self._report_of(evidence, diagnosis)
 
-    async def _write_report(self, evidence: RestartEvidence, diagnosis: Diagnosis) -> None:
-        async with self._report_gate:  # a few at a time: they must not crowd out Slack's
-            await acreate_markdown_artifact(
-                markdown=restart_markdown(evidence, diagnosis, self.links),
-                description=f"Restart {evidence.identity}: {diagnosis.title}")
+    def _report_of(self, evidence: RestartEvidence, diagnosis: Diagnosis, *,
+                   at_once: bool = False) -> asyncio.Task:
+        """The task writing a restart's report (once per restart, also when a failed batch
+        is tried again)."""
+        task = self._reports.get(evidence.identity)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = asyncio.create_task(self._write_report(evidence, diagnosis, at_once=at_once))
+            self._reports[evidence.identity] = task
+        return task
+
+    async def _write_report(self, evidence: RestartEvidence, diagnosis: Diagnosis, *,
+                            at_once: bool) -> Any:
+        """One restart's report artifact; its id. Background ones go a few at a time, so
+        they do not crowd out Slack's calls; one a message links to goes at once."""
+        async with contextlib.nullcontext() if at_once else self._report_gate:
+            links = RestartLinks(flow_run_url=self.links.flow_run_url,
+                                 timeline_url=self._timeline_url(await self.timeline(
+                                     evidence.workload_key)))
+            return await acreate_markdown_artifact(
+                markdown=restart_markdown(evidence, diagnosis, links),
+                description=report_title(evidence, diagnosis))
 
     async def _post(self, timeline: Timeline, group: _Group) -> None:
         """One message for a (workload, cause) group: a reply in its thread, or a new parent.
@@ -252,10 +315,11 @@ class RestartReporter:
         latest_ev, latest_dx = restarts[-1]
         name = f"{latest_ev.workload.name}-{latest_dx.cause}"
         thread = group.thread
+        links = await self._links(timeline, group.report)
         message: slack.PostedMessage | None = None
         if thread is not None:
             message = slack.PostedMessage(thread.channel, thread.thread_ts)
-            reply = reply_blocks(restarts, links=self.links)
+            reply = reply_blocks(restarts, links=links)
             try:
                 await post_to_slack(self.conn, thread.channel, reply.text, reply.blocks, name,
                                     thread_ts=thread.thread_ts)
@@ -268,19 +332,99 @@ class RestartReporter:
                 message = None
             else:
                 parent = self.parents.setdefault(
-                    message.ts, _Parent(message, timeline, restarts[-1]))
-                parent.latest = restarts[-1]
+                    message.ts, _Parent(message, timeline, restarts[-1], links))
+                parent.latest, parent.links = restarts[-1], links
                 parent.replies += 1
         if message is None:
             channel = route_channel(latest_ev, self.policy)
-            new = parent_blocks(restarts, links=self.links, total_restarts=len(restarts))
+            new = parent_blocks(restarts, links=links, total_restarts=len(restarts))
             if thread is not None:  # a second message for this group: it needs its own slot
                 await self.limits.post({channel: 1})
             message = await post_to_slack(self.conn, channel, new.text, new.blocks, name)
-            self.parents[message.ts] = _Parent(message, timeline, restarts[-1],
+            self.parents[message.ts] = _Parent(message, timeline, restarts[-1], links,
                                                edited_at=time.monotonic())
         for *_, row in group.items:
             row.channel, row.thread_ts, row.reported = message.channel, message.ts, "posted"
+
+    # --- a Job's own failure ------------------------------------------------------------------
+
+    @property
+    def waiting_job_failures(self) -> int:
+        return len(self._waiting_jobs)
+
+    async def handle_job_failures(self, failures: Sequence[tuple[JobFailure, Event]], *,
+                                  final: bool = False) -> None:
+        """Report Jobs that gave up, in their pods' threads; those that find no thread wait
+        for one (`JOB_FAILURE_GRACE`) unless this is the run's last call (`final`)."""
+        waiting, self._waiting_jobs = [*self._waiting_jobs, *failures], []
+        now = _now()
+        for at, (failure, event) in enumerate(waiting):
+            try:
+                await self._handle_job_failure(failure, event, now, final)
+            except BaseException:
+                self._waiting_jobs += waiting[at:]  # tried again by the next call
+                raise
+
+    async def _handle_job_failure(self, failure: JobFailure, event: Event, now: datetime,
+                                  final: bool) -> None:
+        timeline = await self.timeline(failure.workload_key)
+        if timeline.has(failure.identity):
+            self.counts["duplicate"] += 1
+            return
+        threads = self._job_threads(timeline, now)
+        if not threads and not final and now - failure.observed_at < JOB_FAILURE_GRACE:
+            self._waiting_jobs.append((failure, event))
+            return
+        links = RestartLinks(timeline_url=self._timeline_url(timeline))
+        try:
+            messages = (job_failure_blocks(failure, in_thread=True, links=links),
+                        job_failure_blocks(failure, in_thread=False, links=links))
+        except Exception as e:  # noqa: BLE001 - pure code on this event's content
+            self.job_intake.reject(event, handling_problem("rendering the job failure", e))
+            return
+        await self._report_job_failure(failure, timeline, threads, now, *messages)
+
+    def _job_threads(self, timeline: Timeline, now: datetime) -> list[TimelineRow]:
+        """The open threads of the Job's pods' failures: the latest row of each."""
+        window = timedelta(minutes=self.policy.thread_window_minutes)
+        return [row for row in timeline.open_threads()
+                if row.reported == "posted" and now - datetime.fromisoformat(row.time)
+                <= window]
+
+    async def _report_job_failure(self, failure: JobFailure, timeline: Timeline,
+                                  threads: list[TimelineRow], now: datetime,
+                                  reply: SlackMessage, parent: SlackMessage) -> None:
+        why_not = job_skip_reason(failure, self.policy, now)
+        if why_not:
+            timeline.add(_job_row(failure, JOB_FAILED_CAUSE, f"skipped: {why_not}"))
+            self.counts["skipped"] += 1
+            self._saves.save(timeline.workload_key, timeline)
+            return
+        name = f"{failure.name}-job-failed"
+        posted = 0
+        if threads:
+            await self.limits.post(Counter(row.channel for row in threads))
+            for row in threads:
+                try:
+                    await post_to_slack(self.conn, row.channel, reply.text, reply.blocks, name,
+                                        thread_ts=row.thread_ts)
+                except SlackApiError as e:
+                    if e.response.get("error") not in THREAD_GONE:
+                        raise
+                    continue
+                job_row = _job_row(failure, row.cause, "job-failed")
+                job_row.channel, job_row.thread_ts = row.channel, row.thread_ts
+                timeline.add(job_row)
+                posted += 1
+        if not posted:  # no pod of it was reported (a deadline that struck a running pod)
+            channel = route_channel(failure, self.policy)
+            await self.limits.post({channel: 1})
+            message = await post_to_slack(self.conn, channel, parent.text, parent.blocks, name)
+            job_row = _job_row(failure, JOB_FAILED_CAUSE, "job-failed")
+            job_row.channel, job_row.thread_ts = message.channel, message.ts
+            timeline.add(job_row)
+        self.counts["job-failed"] += 1
+        self._saves.save(timeline.workload_key, timeline)
 
     async def update_parents(self, *, final: bool) -> None:
         """Edit the parents whose threads got replies: those not edited within
@@ -295,7 +439,7 @@ class RestartReporter:
         since = _now() - timedelta(minutes=self.policy.summary_window_minutes)
         ev, dx = parent.latest
         replies = parent.replies  # a reply posted while this edit is on its way needs another
-        blocks = parent_blocks([parent.latest], links=self.links,
+        blocks = parent_blocks([parent.latest], links=parent.links,
                                total_restarts=parent.timeline.count_since(dx.cause, since),
                                first_seen=_first_seen(parent.timeline, dx.cause, since))
         try:
@@ -317,7 +461,10 @@ class RestartReporter:
             timeline = self.timelines.setdefault(loaded.workload_key, loaded)
             namespace, kind, name = timeline.workload
             for row in timeline.open_threads():
-                in_thread = [r for r in timeline.rows if r.thread_ts == row.thread_ts]
+                thread_rows = [r for r in timeline.rows if r.thread_ts == row.thread_ts]
+                in_thread = [r for r in thread_rows if r.reported == "posted"]
+                if not in_thread:
+                    continue
                 last = max(datetime.fromisoformat(r.time) for r in in_thread)
                 since = await asyncio.to_thread(workload_ready_since, self.kube, namespace,
                                                 kind, name, row.pod)
@@ -327,11 +474,12 @@ class RestartReporter:
                     cluster=self.kube.cluster_name,
                     workload=Workload(kind=kind, name=name, namespace=namespace),
                     ready_minutes=(now - max(since, last)).total_seconds() / 60,
-                    restarts=len(in_thread), links=self.links)
+                    restarts=len(in_thread),
+                    links=RestartLinks(timeline_url=self._timeline_url(timeline)))
                 await self.limits.post({row.channel: 1})
                 await post_to_slack(self.conn, row.channel, message.text, message.blocks,
                                     f"{name}-recovered", thread_ts=row.thread_ts)
-                for r in in_thread:
+                for r in thread_rows:
                     r.recovered_at = now.isoformat()
                 self._saves.save(timeline.workload_key, timeline)
                 self.counts["recovered"] += 1
@@ -344,14 +492,14 @@ def _row(evidence: RestartEvidence, diagnosis: Diagnosis) -> TimelineRow:
                        container_kind=evidence.container_kind,
                        restart_count=evidence.restart_count, cause=diagnosis.cause,
                        confidence=round(diagnosis.confidence, 2), node=evidence.node,
-                       exit=_exit(evidence), reported="")
+                       exit=exit_summary(evidence), reported="")
 
 
-def _exit(evidence: RestartEvidence) -> str:
-    term = evidence.last_state.terminated
-    if term is None:
-        return evidence.last_state.waiting_reason or evidence.state.waiting_reason
-    return f"{term.reason or 'Terminated'} ({term.exit_code})"
+def _job_row(failure: JobFailure, cause: str, reported: str) -> TimelineRow:
+    return TimelineRow(time=failure.observed_at.isoformat(), identity=failure.identity,
+                       pod="", container="", container_kind="",
+                       restart_count=failure.failed_pods, cause=cause, confidence=1.0,
+                       node="", exit=job_failure_summary(failure), reported=reported)
 
 
 def _first_seen(timeline: Timeline, cause: str, since: datetime) -> str | None:

@@ -31,7 +31,10 @@ Conditions (all keys of one mapping must hold; lists mean "any of"):
 `pod_event_message_regex`, `node_event_reason`, `node_event_message_regex`, `node_condition`
 ({type, status, reason, message_regex}, or a list: any), `node_xid_in`, `pod_reason`,
 `pod_message_regex`, `pod_condition` ({type, status, reason}), `pod_deleting`,
-`workload_rolling_out`, `container_kind`, `limits_set`, `namespace`, `image_regex`,
+`workload_rolling_out`, `trigger` (what was seen: `restart`, `terminated` — a container
+that failed and is not restarted, as a Job's pod —, `pod-failed` — the pod was taken away —,
+`waiting`), `evicted_by_gpuops` (an eviction a gpuops run made and recorded on the pod),
+`container_kind`, `limits_set`, `namespace`, `image_regex`,
 `any` (a list of condition mappings, one must hold) and `not` (a mapping that must not hold).
 """
 
@@ -150,6 +153,9 @@ class Conditions(_Strict):
     pod_condition: Annotated[list[PodConditionMatch], BeforeValidator(_as_list)] | None = None
     pod_deleting: bool | None = None
     workload_rolling_out: bool | None = None
+    trigger: Annotated[list[Literal["restart", "terminated", "pod-failed", "waiting"]],
+                       BeforeValidator(_as_list)] | None = None
+    evicted_by_gpuops: bool | None = None
     container_kind: Annotated[list[Literal["init", "sidecar", "app"]],
                               BeforeValidator(_as_list)] | None = None
     limits_set: StrList | None = None

@@ -1,0 +1,19 @@
+"""Annotations gpuops writes on the cluster objects it changes, so that whoever reads the
+object later (a person, another gpuops run, the restart diagnosis) knows what gpuops did.
+
+An eviction gpuops performs records the flow run on the pod first: the diagnosis then calls
+the pod's end planned, and names the run, instead of reading the pod's last crash as the cause.
+"""
+
+from __future__ import annotations
+
+PREFIX = "gpuops.io/"
+EVICTED_BY = PREFIX + "evicted-by"  # the flow run's id
+EVICTED_BY_RUN = PREFIX + "evicted-by-run"  # the flow run's name
+EVICTED_BY_FLOW = PREFIX + "evicted-by-flow"  # the flow's name (drain-node, ...)
+EVICTION_MARKS = (EVICTED_BY, EVICTED_BY_RUN, EVICTED_BY_FLOW)
+
+
+def gpuops_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
+    """The `gpuops.io/` annotations of an object: what gpuops recorded on it."""
+    return {k: v for k, v in (annotations or {}).items() if k.startswith(PREFIX)}
