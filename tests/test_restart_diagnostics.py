@@ -551,3 +551,42 @@ def test_a_restart_event_with_a_time_without_offset_is_taken_as_utc(prefect_serv
     assert run_flow(blocks)["posted"] == 1
     (parent,) = parents(slack_fake)
     assert "naive-clock" in parent["text"]
+
+
+def test_a_restarts_slack_parent_links_to_its_own_report_and_the_workloads_timeline(
+        prefect_server, sim, slack_fake):
+    """Not to the run that handled it (a standing run handles hundreds): the link opens the
+    restart's own report artifact (the UI's `/artifacts/artifact/<id>`), whose title leads
+    with time, workload, container, cause and exit."""
+    import re
+
+    from prefect.client.schemas.filters import ArtifactFilterId
+
+    from gpuops.tasks.restart_events import read_restart_events
+
+    name = unique_cluster()
+    blocks = save_blocks(sim, slack_fake, name)
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    EventSender().send([_restart_event(name, "linked")])
+    wait_for(lambda: asyncio.run(read_restart_events(
+        name, since, datetime.now(UTC) + timedelta(minutes=1))), timeout=30,
+        message="the event stored")
+    assert run_flow(blocks)["posted"] == 1
+    (parent,) = parents(slack_fake)
+    body = text_of(parent)
+    ui = prefect_server.removesuffix("/api")
+    (artifact_id,) = re.findall(re.escape(ui) + r"/artifacts/artifact/([0-9a-f-]{36})\|Restart "
+                                r"report", body)
+    assert re.search(re.escape(ui) + r"/artifacts/key/restarts-[a-z0-9-]+\|Restart timeline",
+                     body)
+    assert "/runs/flow-run/" not in body and "/flow-runs/flow-run/" not in body
+
+    async def read() -> list:
+        async with get_client() as c:
+            return await c.read_artifacts(artifact_filter=ArtifactFilter(
+                id=ArtifactFilterId(any_=[uuid.UUID(artifact_id)])))
+    (report,) = asyncio.run(read())
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC · Deployment/linked · trainer · "
+                    r"app-error · exit 1 \(Error\)", report.description), report.description
+    assert str(report.data).startswith("# ")
+    assert "linked" in str(report.data)

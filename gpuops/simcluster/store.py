@@ -185,6 +185,9 @@ class Store:
         given_rv = meta.get("resourceVersion")
         if given_rv and str(given_rv) != old["metadata"]["resourceVersion"]:
             raise errors.conflict(rt.plural, name, rt.group)
+        if meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:  # a precondition too
+            raise errors.ApiError(409, "Conflict", f"Precondition failed: UID in precondition: "
+                                  f"{meta['uid']}, UID in object meta: {old['metadata']['uid']}")
         return self._write(rt, old, new, subresource=subresource)
 
     def mutate(self, rt: ResourceType, namespace: str | None, name: str,

@@ -167,6 +167,11 @@ class Kube:
         call(self.core.create_namespaced_pod_eviction, name, namespace, body,
              _preload_content=False)
 
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
+        """Strategic merge patch (e.g. annotations); a `metadata.uid` in it must match."""
+        return self._raw(self.core.patch_namespaced_pod, name, namespace, patch,
+                         _content_type=STRATEGIC_PATCH)
+
     def delete_pod(self, namespace: str, name: str, *, grace_period: int | None = None) -> None:
         kwargs = {} if grace_period is None else {"grace_period_seconds": grace_period}
         call(self.core.delete_namespaced_pod, name, namespace, _preload_content=False, **kwargs)
