@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gpuops.bench import sim_scale
 
 
@@ -32,8 +34,13 @@ def test_capacity_replay_bench_reports_every_policy_and_solve_size(capsys):
 def test_restart_storm_bench_reports_every_figure(prefect_server, capsys):
     from gpuops.bench import restart_storm
 
-    result = restart_storm.main(json_output=True, workloads=3, duration_s=20, speed=2,
-                                prefect_api_url=prefect_server, drain_timeout_s=15)
+    # One workload per fault kind, the shortest storm that kills and restarts the watcher,
+    # short quiet periods, and a cold-start crash past the storm's back-off: every phase
+    # runs, in about 30 s instead of the 4 minutes of the full bench.
+    result = restart_storm.main(json_output=True, workloads=len(restart_storm.FAULTS),
+                                duration_s=restart_storm.MIN_DURATION_S + 1, speed=10,
+                                prefect_api_url=prefect_server, drain_timeout_s=15,
+                                settle_quiet_s=1, drain_quiet_s=1, cold_start_idle_s=660)
     last_line = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last_line) == result
     assert {"restarts_injected", "restarts_reported", "reported_with_evidence",
@@ -41,6 +48,13 @@ def test_restart_storm_bench_reports_every_figure(prefect_server, capsys):
             "detect_p95_s", "slack_p95_s", "max_parent_messages_per_workload_cause",
             "flow_runs", "flow_runs_cancelled", "queue_high_water", "wall_s"} <= set(result)
     assert result["restarts_reported"] >= 1
+
+
+def test_a_restart_storm_too_short_to_restart_the_watcher_is_refused_before_it_starts():
+    from gpuops.bench import restart_storm
+
+    with pytest.raises(ValueError, match=r"duration_s=4\.0: .*at least 5\.0 s"):
+        restart_storm.run(duration_s=4.0)
 
 
 def test_redaction_bench_reports_leaks_unit_and_end_to_end(prefect_server, capsys):

@@ -100,6 +100,12 @@ LABEL = "gpuops.io/bench-workload"
 ROLE = "gpuops.io/bench-role"
 DEPLOYMENT = "restart-diagnostics/on-restart"
 ACTIVE = ("RUNNING", "PENDING")  # flow run state types
+# A phase is over once nothing new has happened for this long: no pod change after the
+# storm (settle), no new Slack message (drain).
+SETTLE_QUIET_S = 2.0
+DRAIN_QUIET_S = 3.0
+# The storm kills the watcher at 35 % of its duration and starts a new one 3 s later.
+MIN_DURATION_S = 5.0
 # fault kind, params, ground-truth cause id (gpuops/tasks/restart_rules.yaml), needs a GPU
 FAULTS: list[tuple[str, dict[str, Any], str, bool]] = [
     ("crashloop", {"exit_code": 3, "error": "RuntimeError: tokenizer.json is corrupt"},
@@ -315,12 +321,15 @@ class RestartStorm:
     """One run: `setup`, `storm`, `settle`, `drain`, then `figures`."""
 
     def __init__(self, tmp: Path, workloads: int, duration_s: float, speed: float,
-                 channels: int = 1) -> None:
+                 channels: int = 1, *, settle_quiet_s: float = SETTLE_QUIET_S,
+                 drain_quiet_s: float = DRAIN_QUIET_S, cold_start_idle_s: float = 0.0) -> None:
         self.tmp = tmp
         self.cluster = f"storm-{uuid.uuid4().hex[:8]}"
         self.workloads = plan(workloads, channels)
         self.channels = channels
         self.duration_s, self.speed = duration_s, speed
+        self.settle_quiet_s, self.drain_quiet_s = settle_quiet_s, drain_quiet_s
+        self.cold_start_idle_s = cold_start_idle_s
         self.stops: list[Any] = []  # teardown, run in reverse
         self.evictions = 0
         self.down: list[tuple[float, float]] = []  # wall times with no watcher running
@@ -478,8 +487,8 @@ class RestartStorm:
         self.storm_s = time.time() - started
 
     def settle(self, timeout_s: float) -> None:
-        """Every pod running again, nothing new for 2 s, the watcher's queue empty, and each
-        container's latest restart delivered (or declared missed)."""
+        """Every pod running again, nothing new for `settle_quiet_s`, the watcher's queue
+        empty, and each container's latest restart delivered (or declared missed)."""
         watcher = self.watchers[-1]
 
         def caught_up() -> bool:
@@ -494,13 +503,14 @@ class RestartStorm:
                 cs.state.running for cs in p.status.container_statuses or [])
                 for p in self.pods())
 
-        _wait(lambda: time.time() - self.raw.last_change > 2
+        quiet = self.settle_quiet_s
+        _wait(lambda: time.time() - self.raw.last_change > quiet
               and watcher._queue.unfinished_tasks == 0 and caught_up() and all_running(),
-              timeout_s, 1.0)
+              timeout_s, min(1.0, quiet))
 
     def drain(self, timeout_s: float) -> None:
         """Until every delivered restart is in a timeline (saved once its message is
-        posted) and Slack has been quiet for 3 s. The standing run stays up."""
+        posted) and Slack has been quiet for `drain_quiet_s`. The standing run stays up."""
         started = time.time()
         last = [-1, time.time()]  # Slack message count, when it last changed
 
@@ -509,14 +519,17 @@ class RestartStorm:
             if count != last[0]:
                 last[:] = [count, time.time()]
             return not set(self.delivered) - set(self.timeline_rows()) \
-                and time.time() - last[1] >= 3
-        _wait(drained, timeout_s, 2.0)
+                and time.time() - last[1] >= self.drain_quiet_s
+        _wait(drained, timeout_s, min(2.0, self.drain_quiet_s))
         self.drain_s += time.time() - started
 
     def cold_start(self, timeout_s: float) -> None:
         """A restart with no run up, as the first one after an outage or `gpuops up`: the
         active run is cancelled first, so the trigger's run has to start (runner poll, a new
-        process, imports, blocks) before it can post. `slack_cold_start_s` is its figure."""
+        process, imports, blocks) before it can post. `slack_cold_start_s` is its figure.
+        With `cold_start_idle_s`, the virtual clock first moves on that far, as after a quiet
+        spell: past 600 s the kubelet has forgotten the storm's back-off and the crash
+        restarts at once instead of after the longest back-off the storm built up."""
         from prefect.client.orchestration import get_client
         from prefect.states import Cancelling
 
@@ -532,6 +545,8 @@ class RestartStorm:
         asyncio.run(cancel_active())
         if not _wait(none_active, timeout_s):
             raise RuntimeError("the active restart-diagnostics run did not stop when cancelled")
+        if self.cold_start_idle_s:
+            post_admin(self.kubeconfig, "/admin/clock", {"advance": self.cold_start_idle_s})
         self.cold_from = time.time()
         self.inject(next(w for w in self.workloads if w.fault == "crashloop"))
         _wait(lambda: max(self.delivered.values()) >= self.cold_from, timeout_s, 0.2)
@@ -734,10 +749,17 @@ def _pct(part: int, whole: int) -> float | None:
 def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
         channels: int = 6, prefect_api_url: str | None = None, drain_timeout_s: float = 1800.0,
         settle_timeout_s: float = 90.0, keep_logs: bool = False,
-        prefect_database_url: str | None = None, prefect_redis: str | None = None
-        ) -> dict[str, Any]:
+        prefect_database_url: str | None = None, prefect_redis: str | None = None, *,
+        settle_quiet_s: float = SETTLE_QUIET_S, drain_quiet_s: float = DRAIN_QUIET_S,
+        cold_start_idle_s: float = 0.0) -> dict[str, Any]:
+    if duration_s < MIN_DURATION_S:
+        raise ValueError(f"duration_s={duration_s}: the storm kills the watcher at 35 % of it "
+                         f"and starts a new one 3 s later, so it must be at least "
+                         f"{MIN_DURATION_S} s (try `--duration-s {MIN_DURATION_S:.0f}`)")
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-restart-storm-"))
-    bench = RestartStorm(tmp, workloads, duration_s, speed, channels)
+    bench = RestartStorm(tmp, workloads, duration_s, speed, channels,
+                         settle_quiet_s=settle_quiet_s, drain_quiet_s=drain_quiet_s,
+                         cold_start_idle_s=cold_start_idle_s)
     try:
         if prefect_api_url is None:
             if "prefect" in sys.modules:
@@ -773,14 +795,20 @@ def run(workloads: int = 30, duration_s: float = 120.0, speed: float = 10.0,
 def main(json_output: bool = True, workloads: int = 30, duration_s: float = 120.0,
          speed: float = 10.0, channels: int = 6, prefect_api_url: str | None = None,
          drain_timeout_s: float = 1800.0, keep_logs: bool = False,
-         prefect_database_url: str | None = None, prefect_redis: str | None = None
-         ) -> dict[str, Any]:
+         prefect_database_url: str | None = None, prefect_redis: str | None = None,
+         settle_quiet_s: float = SETTLE_QUIET_S, drain_quiet_s: float = DRAIN_QUIET_S,
+         cold_start_idle_s: float = 0.0) -> dict[str, Any]:
     """`--prefect-database-url postgresql+asyncpg://…/DB --prefect-redis 127.0.0.1:6379`
     runs the bench's Prefect server in Prefect's production setup (the database must exist
-    and be empty)."""
+    and be empty). A small run (the smoke test's) takes every path in well under a minute:
+    `--workloads 8` (one per fault kind), `--duration-s 6` (the shortest storm that kills
+    and restarts the watcher), short quiet periods (`--settle-quiet-s`, `--drain-quiet-s`)
+    and `--cold-start-idle-s 660` (the cold-start crash restarts at once)."""
     result = run(int(workloads), float(duration_s), float(speed), int(channels),
                  prefect_api_url, float(drain_timeout_s), keep_logs=bool(keep_logs),
-                 prefect_database_url=prefect_database_url, prefect_redis=prefect_redis)
+                 prefect_database_url=prefect_database_url, prefect_redis=prefect_redis,
+                 settle_quiet_s=float(settle_quiet_s), drain_quiet_s=float(drain_quiet_s),
+                 cold_start_idle_s=float(cold_start_idle_s))
     if not json_output:
         for key, value in result.items():
             print(f"{key:>40}: {value}")
