@@ -6,11 +6,15 @@ cluster instead (they then skip the simcluster-only admin calls).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # Prefect reads its settings when first imported: point it at the test server (started
@@ -77,6 +81,48 @@ def prefect_server() -> Iterator[str]:
         yield service.url
     finally:
         service.stop()
+
+
+def _end_served_runs(message: str) -> None:
+    from gpuops.deployments.serve import served_deployment_names
+    from gpuops.deployments.served_runs import end_unfinished_runs
+
+    asyncio.run(end_unfinished_runs(served_deployment_names(), end_as="Cancelled",
+                                    message=message))
+
+
+@pytest.fixture
+def serve_deployments(prefect_server) -> Iterator[Callable[[], subprocess.Popen]]:
+    """Start `serve_all()` processes as `gpuops up` serves its deployments, on the session's
+    Prefect server, each in its own process group (killing one kills its flow runs too, as
+    when `gpuops up` itself is killed) and with this process's environment (set what the
+    flow runs need with monkeypatch first).
+
+    Every test serves the same deployments on the one server, and Prefect's runner leaves
+    its runs Running when it gets Ctrl-C: one left so would hold restart diagnostics' only
+    concurrency slot, and a later test's runs would wait for it in AwaitingConcurrencySlot
+    for ever. So, as `gpuops up` does, the served deployments' unfinished runs are ended
+    before the test and again after it has stopped what it served."""
+    _end_served_runs("ended before a test serves the deployments")
+    started: list[subprocess.Popen] = []
+
+    def serve() -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from gpuops.deployments.serve import serve_all; serve_all()"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        started.append(process)
+        return process
+
+    yield serve
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGINT)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
+    _end_served_runs("test over")
 
 
 class SlackFake:

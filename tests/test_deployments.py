@@ -3,9 +3,6 @@ diagnostics deployment, and its run posts to Slack (the path a user relies on)."
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -21,7 +18,7 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def test_a_restart_event_triggers_the_deployment_and_reaches_slack(
-        prefect_server, sim_factory, slack_fake, tmp_path: Path, monkeypatch):
+        sim_factory, slack_fake, tmp_path: Path, monkeypatch, serve_deployments):
     sim = sim_factory("empty", speed=10)
     # What `gpuops up` exports for the flow runs it serves.
     monkeypatch.setenv("KUBECONFIG", str(sim.kubeconfig))
@@ -29,10 +26,7 @@ def test_a_restart_event_triggers_the_deployment_and_reaches_slack(
     monkeypatch.setenv("GPUOPS_CLUSTER_NAME", name)
     monkeypatch.setenv("GPUOPS_SLACK_BASE_URL", slack_fake.base_url)
     monkeypatch.setenv("PREFECT_RUNNER_POLL_FREQUENCY", "1")
-    # `serve_all()` in its own process, exactly as `gpuops up` runs it.
-    server = subprocess.Popen([sys.executable, "-c", ("from gpuops.deployments.serve import "
-                               "serve_all; serve_all()")], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    serve_deployments()  # `serve_all()` in its own process, exactly as `gpuops up` runs it
     v1 = client.CoreV1Api(sim.api)
     v1.create_node(node("gpu-1"))
     v1.create_namespaced_pod("default", pod("served"))
@@ -47,8 +41,3 @@ def test_a_restart_event_triggers_the_deployment_and_reaches_slack(
                  message="the triggered run's Slack message")
     finally:
         watcher.stop()
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()

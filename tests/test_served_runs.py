@@ -6,19 +6,22 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from uuid import UUID
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
-from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterId,
+    FlowRunFilter,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
 
-from gpuops.deployments.serve import served_deployment_names
-from gpuops.deployments.served_runs import ORPHANED_MESSAGE, end_unfinished_runs
+from gpuops.deployments.served_runs import ORPHANED_MESSAGE
 from gpuops.deployments.up import prepare_prefect
 from tests.helpers import wait_for
 
@@ -27,14 +30,25 @@ pytestmark = pytest.mark.timeout(240)
 RESTARTS = "restart-diagnostics/on-restart"
 
 
-async def _restart_runs() -> list[FlowRun]:
+async def _running(exclude: set[UUID]) -> FlowRun | None:
+    """A Running run of the served restart deployment that is not in `exclude` (other
+    deployments named "on-restart", other tests' flows, are not it)."""
     async with get_client() as client:
-        return await client.read_flow_runs(deployment_filter=DeploymentFilter(
-            name=DeploymentFilterName(any_=["on-restart"])), limit=200)
+        deployment = await client.read_deployment_by_name(RESTARTS)
+        runs = await client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
+                type=FlowRunFilterStateType(any_=[StateType.RUNNING]))))
+    return next((r for r in runs if r.id not in exclude), None)
 
 
-def restart_runs() -> list[FlowRun]:
-    return asyncio.run(_restart_runs())
+def running(exclude: set[UUID] = frozenset()) -> FlowRun | None:  # type: ignore[assignment]
+    return asyncio.run(_running(exclude))
+
+
+async def _read_run(run_id: UUID) -> FlowRun:
+    async with get_client() as client:
+        return await client.read_flow_run(run_id)
 
 
 async def _active_slots() -> int:
@@ -45,47 +59,22 @@ async def _active_slots() -> int:
         return limit.active_slots
 
 
-def running(exclude: set[UUID] = frozenset()) -> FlowRun | None:  # type: ignore[assignment]
-    return next((r for r in restart_runs() if r.id not in exclude and r.state
-                 and r.state.is_running()), None)
-
-
 @pytest.fixture
-def served(prefect_server, sim_factory, slack_fake, monkeypatch) -> Iterator:
-    """Start `serve_all()` processes as `gpuops up` runs it, each in its own process group
-    (so that killing one kills its flow runs too, as when `gpuops up` itself is killed)."""
+def served(sim_factory, slack_fake, monkeypatch, serve_deployments) -> Callable:
+    """`serve_all()` as `gpuops up` runs it, against an empty simcluster and the Slack fake
+    (requested last, so what it served stops before they do)."""
     sim = sim_factory("empty", speed=10)
     monkeypatch.setenv("KUBECONFIG", str(sim.kubeconfig))
     monkeypatch.setenv("GPUOPS_CLUSTER_NAME", f"sim-{uuid.uuid4().hex[:8]}")
     monkeypatch.setenv("GPUOPS_SLACK_BASE_URL", slack_fake.base_url)
     monkeypatch.setenv("PREFECT_RUNNER_POLL_FREQUENCY", "1")
-    started: list[subprocess.Popen] = []
-
-    def serve() -> subprocess.Popen:
-        process = subprocess.Popen(
-            [sys.executable, "-c", "from gpuops.deployments.serve import serve_all; serve_all()"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        started.append(process)
-        return process
-
-    yield serve
-    for process in started:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGINT)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-    # Later tests serve the same deployments on this server: leave them no slot taken.
-    asyncio.run(end_unfinished_runs(served_deployment_names(), end_as="Cancelled",
-                                    message="test over"))
+    return serve_deployments
 
 
 def test_a_run_left_running_by_a_killed_serve_is_ended_on_the_next_start_and_new_runs_start(
         served):
-    earlier = {r.id for r in restart_runs()}
     first = served()
-    orphan = wait_for(lambda: running(exclude=earlier), timeout=90, interval=0.5,
+    orphan = wait_for(running, timeout=90, interval=0.5,
                       message="the standing restart run to be Running")
     os.killpg(first.pid, signal.SIGKILL)  # `gpuops up` and its flow runs die at once
     first.wait(10)
@@ -94,10 +83,10 @@ def test_a_run_left_running_by_a_killed_serve_is_ended_on_the_next_start_and_new
     prepare_prefect("")  # what `gpuops up` does before it serves again
     second = served()
 
-    ended = next(r for r in restart_runs() if r.id == orphan.id)
+    ended = asyncio.run(_read_run(orphan.id))
     assert ended.state is not None and ended.state.is_crashed()
     assert ended.state.message == ORPHANED_MESSAGE
-    fresh = wait_for(lambda: running(exclude=earlier | {orphan.id}), timeout=90, interval=0.5,
+    fresh = wait_for(lambda: running(exclude={orphan.id}), timeout=90, interval=0.5,
                      message="a new restart run to get the slot and run")
     assert fresh.id != orphan.id
     assert second.poll() is None
