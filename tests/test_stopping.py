@@ -29,9 +29,9 @@ STUBBORN_UP = textwrap.dedent("""\
     pid_file = home / "up.pid"
     pid_file.write_text("pid")
     stopper = Stopper([Service("stubborn", "", process, log)], pid_file)
-    stopper.install()
-    print("component", process.pid, flush=True)
-    try:
+    try:  # as in run_up: the handlers inside the try, so a signal after them ends in stop()
+        stopper.install()
+        print("component", process.pid, flush=True)  # ready: the test may signal now
         while True:
             time.sleep(0.1)
     except KeyboardInterrupt:

@@ -296,16 +296,19 @@ def run_up(
                     sim_port=sim_port)
     home.mkdir(parents=True, exist_ok=True)
     slack = choose_slack(settings, home)
-    pid_file.write_text(f"{os.getpid()}\nhttp://127.0.0.1:{prefect_port}\n")
 
     services: list[Service] = []
     died: list[Service] = []
     stop_watching = threading.Event()
     stopper = Stopper(services, pid_file)
     with protect_stdio():
-        stopper.install()
         prefect_up = False
         try:
+            # Our handlers and up.pid only inside the try: a signal at any moment from here
+            # on ends in the `finally` below (one between installing the handlers and
+            # entering the try would have left up.pid behind).
+            stopper.install()
+            pid_file.write_text(f"{os.getpid()}\nhttp://127.0.0.1:{prefect_port}\n")
             stack = start_components(home=home, kubeconfig=kubeconfig, scenario=scenario,
                                      prefect_port=prefect_port, sim_port=sim_port,
                                      settings=settings, slack=slack, services=services)
