@@ -267,9 +267,9 @@ def _banner(home: Path, stack: Stack, prefect_port: int, simulated: bool,
     if stack.orphans_ended:
         lines.append(f"  ended {stack.orphans_ended} run(s) an earlier stop left unfinished")
     if simulated:
-        lines += ["Inject a fault:",
-                  (f"  gpuops sim fault crashloop --target inference/<pod> "
-                   f"--kubeconfig {kubeconfig}")]
+        lines += ["Inject a fault (`gpuops sim fault --list` shows every kind):",
+                  (f"  .venv/bin/gpuops sim fault crashloop --target inference/llama-3-8b "
+                   f"--param once=true --kubeconfig {kubeconfig}")]
     lines += ["Press Ctrl-C to stop.", ""]
     return "\n".join(lines)
 
