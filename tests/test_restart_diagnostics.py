@@ -354,10 +354,10 @@ def test_a_failed_batch_is_tried_again_and_nothing_is_posted_twice(prefect_serve
 
 def test_the_active_run_takes_over_queued_triggered_runs_but_not_scheduled_ones(
         prefect_server):
-    """Triggered runs queued behind the active one are cancelled with a note, and the active
-    run learns until when it must keep reading (their trigger windows plus the persister's
-    delay); a window that would end after the active run's deadline is left to its own run,
-    and the schedule's runs always are."""
+    """Triggered runs queued behind the active one are ended "Superseded" with a note, and
+    the active run learns until when it must keep reading (their trigger windows plus the
+    persister's delay); a window that would end after the active run's deadline is left to
+    its own run, and the schedule's runs always are."""
     from prefect.states import Scheduled
 
     from gpuops.flows.restart_diagnostics import PERSIST_DELAY, supersede_queued_runs
@@ -379,11 +379,14 @@ def test_the_active_run_takes_over_queued_triggered_runs_but_not_scheduled_ones(
                 deployment, runs["me"].id, datetime.now(UTC) + timedelta(minutes=1), note)
             states = {name: (await c.read_flow_run(r.id)).state for name, r in runs.items()}
             return {"too_soon": too_soon, "taken": taken, "queued_created": runs["queued"].created,
+                    "queued_name": states["queued"].name,
                     **{n: f"{s.type.value}:{s.message or ''}" for n, s in states.items()}}
     result = asyncio.run(scenario())
     assert result["too_soon"] == []
     assert result["taken"] == [result["queued_created"] + timedelta(seconds=10) + PERSIST_DELAY]
-    assert result["queued"] == "CANCELLED:superseded: handled by the active run"
+    # Ended as done by the active run, not as a cancellation a user would read as failure.
+    assert result["queued"] == "COMPLETED:superseded: handled by the active run"
+    assert result["queued_name"] == "Superseded"
     for kept in ("me", "scheduled"):
         assert result[kept].startswith("SCHEDULED"), result
 
@@ -557,7 +560,8 @@ def test_a_restarts_slack_parent_links_to_its_own_report_and_the_workloads_timel
         prefect_server, sim, slack_fake):
     """Not to the run that handled it (a standing run handles hundreds): the link opens the
     restart's own report artifact (the UI's `/artifacts/artifact/<id>`), whose title leads
-    with time, workload, container, cause and exit."""
+    with time, workload, container, cause and exit. The message is not held back for the
+    report: it goes out with the timeline link and is edited once with the report's."""
     import re
 
     from prefect.client.schemas.filters import ArtifactFilterId
@@ -580,6 +584,8 @@ def test_a_restarts_slack_parent_links_to_its_own_report_and_the_workloads_timel
     assert re.search(re.escape(ui) + r"/artifacts/key/restarts-[a-z0-9-]+\|Restart timeline",
                      body)
     assert "/runs/flow-run/" not in body and "/flow-runs/flow-run/" not in body
+    (as_posted,) = parent["updates"]
+    assert "Restart timeline" in json.dumps(as_posted["blocks"])
 
     async def read() -> list:
         async with get_client() as c:

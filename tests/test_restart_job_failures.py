@@ -34,8 +34,8 @@ def training_job(name: str, backoff_limit: int) -> dict:
                     "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "8Gi"}}}]}}}}
 
 
-def test_a_failing_training_job_gets_one_thread_per_cause_and_its_end_in_them(cluster,
-                                                                                 slack_fake):
+def test_a_failing_training_job_gets_one_thread_per_cause_and_its_end_in_them(
+        cluster, slack_fake):  # noqa: F811 - the fixture
     sim, v1 = cluster
     batch = client.BatchV1Api(sim.api)
     blocks = save_blocks(sim, slack_fake, sim.name)
@@ -102,8 +102,8 @@ def test_a_failing_training_job_gets_one_thread_per_cause_and_its_end_in_them(cl
     assert len(slack_fake.messages()) == before
 
 
-def test_a_job_past_its_deadline_with_no_failed_pod_gets_a_parent_of_its_own(cluster,
-                                                                             slack_fake):
+def test_a_job_past_its_deadline_with_no_failed_pod_gets_a_parent_of_its_own(
+        cluster, slack_fake):  # noqa: F811 - the fixture
     """`activeDeadlineSeconds` stops a pod that was running fine: no pod failure opened a
     thread, so the Job's failure is a parent message itself (not lost waiting for one)."""
     sim, v1 = cluster

@@ -13,6 +13,7 @@ from prefect.schedules import Interval
 from gpuops.flows.capacity_prewarm import capacity_prewarm
 from gpuops.flows.drain_node import drain_node
 from gpuops.flows.restart_diagnostics import restart_diagnostics
+from gpuops.tasks.restart_events import RESTART_DIAGNOSTICS_EVENTS
 
 TRIGGER_WINDOW = timedelta(seconds=10)
 STANDBY_INTERVAL = timedelta(minutes=15)
@@ -41,14 +42,15 @@ def deployments(*, approval_policy: str = "", capacity_mode: str = "dry-run") ->
     return [
         # One run at a time; the trigger fires at most once per TRIGGER_WINDOW (once a
         # reactive trigger fires, Prefect ignores matching events for the rest of its
-        # window). A run covers its window and drains every restart event, so a storm is
-        # one run plus a few queued ones, which it cancels once it has drained what they
-        # were for (see the flow's docstring). The schedule's runs stand by, one after the
-        # other, so restarts rarely wait for a run to start; they also post "recovered".
+        # window). A run covers its window and drains every restart event; while a run is
+        # up the trigger rests (paused by the run, resumed as it leaves), so a storm is one
+        # run, not one queued run per window (see the flow's docstring). The schedule's runs
+        # stand by, one after the other, so restarts rarely wait for a run to start; they
+        # also post "recovered". A Job's failure (`gpuops.job.failed`) starts a run too.
         restart_diagnostics.to_deployment(
             name="on-restart",
             triggers=[DeploymentEventTrigger(
-                name="a pod restarted", expect={"gpuops.pod.restarted"},
+                name="a pod restarted", expect=set(RESTART_DIAGNOSTICS_EVENTS),
                 match={"prefect.resource.id": "k8s.*"}, within=TRIGGER_WINDOW,
                 parameters={"event_id": "{{ event.id | string }}",
                             "trigger_window_seconds": TRIGGER_WINDOW.total_seconds()})],

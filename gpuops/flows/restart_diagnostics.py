@@ -11,8 +11,12 @@ state is never written by two runs at once.
 
 Events the trigger ignored inside its window are the responsibility of the run that window
 fired: a triggered run stays until its window, plus the event persister's delay, is over.
-The active run takes over the triggered runs queued behind it: it cancels them
-("superseded") every few seconds and stays until their windows are over, so they never start.
+
+While a run is up, the trigger rests (restart_trigger.py): the run pauses it when it starts
+and resumes it as it leaves, before its last read of the events, so the trigger creates a
+run only when none is reading. A triggered run that still got queued behind the active one
+(fired in the moment before the pause) is taken over: the active run ends it "Superseded"
+(a completed state, not a cancellation) and stays until its window is over.
 
 Events are validated at the edge (tasks/event_intake.py): one whose payload is not restart
 evidence (a time that is not a time, a missing field), or whose classification fails, is
@@ -46,7 +50,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.context import FlowRunContext
-from prefect.states import Cancelled
+from prefect.states import Completed
 from prefect.variables import Variable
 
 from gpuops.blocks.connections import KubernetesCluster, SlackConnection
@@ -58,6 +62,7 @@ from gpuops.tasks.evidence import JobFailure, RestartEvidence
 from gpuops.tasks.restart_events import JOB_FAILED, LiveRestartEvents, read_restart_events
 from gpuops.tasks.restart_history import load_all_timelines
 from gpuops.tasks.restart_reporter import RestartReporter
+from gpuops.tasks.restart_trigger import set_restart_trigger, wake_restart_trigger_hook
 
 CURSOR_VARIABLE = "gpuops-restarts-cursor"
 # Events arrive live (the server's events websocket) and are read back once stored, every
@@ -73,6 +78,7 @@ PERSIST_DELAY = timedelta(seconds=10)  # event received -> stored (persister flu
 RECOVERY_CHECK_EVERY = timedelta(minutes=1)  # in a long run's lulls
 SUPERSEDE_EVERY = timedelta(seconds=5)
 BATCH_ATTEMPTS = 3  # a batch that fails (Prefect or Slack trouble) is tried again this often
+LAST_ROUND_GATHER_S = 0.2  # after waking the trigger: events already on their way live
 
 
 def _now() -> datetime:
@@ -147,9 +153,15 @@ class StoredReads:
             self._last_read = now
         return found
 
+    async def last(self, cursor: datetime, now: datetime) -> list[Any]:
+        """A read up to `now`, awaited: the run's last, once the trigger is awake again."""
+        self.cancel()
+        return await read_restart_events(self.cluster, cursor - RECENT_OVERLAP, now)
+
     def cancel(self) -> None:
         if self._reading is not None:
             self._reading.cancel()
+            self._reading = None
 
 
 async def _supersede(me: FlowRun | None, deadline: datetime, log: Any) -> datetime | None:
@@ -157,7 +169,7 @@ async def _supersede(me: FlowRun | None, deadline: datetime, log: Any) -> dateti
         return None
     taken = await supersede_queued_runs(
         me.deployment_id, me.id, deadline,
-        f"superseded: flow run {me.name} took over the restarts this run was for")
+        f"superseded: flow run {me.name} handled the restarts this run was for")
     if taken:
         log.info("took over %d queued run(s)", len(taken))
     return max(taken, default=None)
@@ -165,10 +177,11 @@ async def _supersede(me: FlowRun | None, deadline: datetime, log: Any) -> dateti
 
 async def supersede_queued_runs(deployment_id: UUID, me: UUID, deadline: datetime,
                                  note: str) -> list[datetime]:
-    """Cancel the deployment's queued triggered runs whose trigger window (plus the event
-    persister's delay) ends by `deadline`: the run calling this (`me`) takes over what they
-    were for and must keep reading until the window ends it returns, one per run cancelled.
-    Runs of the schedule (no `event_id`) and runs already under way are left alone."""
+    """End the deployment's queued triggered runs whose trigger window (plus the event
+    persister's delay) ends by `deadline`, as "Superseded" (completed with `note`: their
+    work is done, by the run calling this, `me`, which must keep reading until the window
+    ends it returns, one per run taken over). Runs of the schedule (no `event_id`) and runs
+    already under way are left alone."""
     taken: list[datetime] = []
     async with get_client() as client:
         queued = await client.read_flow_runs(
@@ -182,12 +195,23 @@ async def supersede_queued_runs(deployment_id: UUID, me: UUID, deadline: datetim
                                float(run.parameters.get("trigger_window_seconds") or 0))
             if ends > deadline:
                 continue
-            await client.set_flow_run_state(run.id, Cancelled(message=note), force=True)
+            await client.set_flow_run_state(run.id, Completed(name="Superseded", message=note),
+                                            force=True)
             taken.append(ends)
     return taken
 
 
-@flow(name="restart-diagnostics", log_prints=True)
+async def _set_trigger(deployment_id: UUID | None, enabled: bool, log: Any) -> None:
+    try:
+        if await set_restart_trigger(deployment_id, enabled=enabled):
+            log.info("restart trigger %s", "resumed" if enabled else "paused while this run "
+                     "reads the events")
+    except Exception as e:  # noqa: BLE001 - a trigger left as it was costs runs, not restarts
+        log.warning("restart trigger not %s: %s", "resumed" if enabled else "paused", e)
+
+
+@flow(name="restart-diagnostics", log_prints=True,
+      on_cancellation=[wake_restart_trigger_hook], on_crashed=[wake_restart_trigger_hook])
 async def restart_diagnostics(event_id: str | None = None, cluster_block: str = "",
                               slack_block: str = "", policy_block: str = "",
                               quiet_seconds: float = 20.0, trigger_window_seconds: float = 0.0,
@@ -199,6 +223,26 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     log = get_run_logger()
     if event_id:
         log.info("triggered by event %s; handling every restart not yet handled", event_id)
+    context = FlowRunContext.get()
+    me = context.flow_run if context else None
+    deployment_id = me.deployment_id if me else None
+    await _set_trigger(deployment_id, False, log)  # this run reads them: no more runs needed
+    try:  # the trigger wakes before the run's last read (below); a run that fails, here
+        return await _handle_restarts(
+            log, me, deployment_id, cluster_block=cluster_block, slack_block=slack_block,
+            policy_block=policy_block, quiet_seconds=quiet_seconds,
+            trigger_window_seconds=trigger_window_seconds, stay_seconds=stay_seconds,
+            max_run_seconds=max_run_seconds, lookback_minutes=lookback_minutes)
+    except BaseException:
+        await _set_trigger(deployment_id, True, log)
+        raise
+
+
+async def _handle_restarts(log: Any, me: FlowRun | None, deployment_id: UUID | None, *,
+                           cluster_block: str, slack_block: str, policy_block: str,
+                           quiet_seconds: float, trigger_window_seconds: float,
+                           stay_seconds: float, max_run_seconds: float,
+                           lookback_minutes: int) -> dict:
     policy: RestartPolicy = await load_block(RestartPolicy, policy_block)
     rules = policy.cause_rules()  # validated when the Block was saved and again when loaded
     conn = await load_block(SlackConnection, slack_block)
@@ -209,8 +253,6 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     job_intake = EventIntake(JobFailure, log, what="job failure")
     reporter = RestartReporter(policy, rules, conn, kube, intake, job_intake)
     started = _now()
-    context = FlowRunContext.get()
-    me = context.flow_run if context else None
     stay_until = _stay_until(me, started, stay_seconds, trigger_window_seconds)
     cursor_name = _cursor_name(kube.cluster_name)
     cursor = await _cursor(cursor_name, started - timedelta(minutes=lookback_minutes))
@@ -223,11 +265,13 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
     failures = 0
     quiet_since = last_recovery_check = last_supersede = _now()
     stored = StoredReads(kube.cluster_name)
+    last_round = False  # the trigger is awake again: one more read, then the run ends
     async with LiveRestartEvents(kube.cluster_name, log) as live:
-        while _now() < deadline:
+        while True:
             read_until = _now()
             events, retry = live.take() + retry, []  # as the server received them
-            events += await stored.collect(cursor, read_until)
+            events += await (stored.last(cursor, read_until) if last_round
+                             else stored.collect(cursor, read_until))
             events = list({str(e.id): e for e in events if str(e.id) not in seen}.values())
             if events:
                 batch_started = time.monotonic()
@@ -255,13 +299,15 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
                 cursor = max(cursor, max(e.occurred for e in events))
                 cursor_saver.save(cursor_name, cursor.isoformat())
                 quiet_since = _now()
-            elif reporter.waiting_job_failures:  # a Job failure waiting for its pods' thread
+            if last_round:
+                break
+            if not events and reporter.waiting_job_failures:  # waiting for its pods' thread
                 try:
                     await reporter.handle_job_failures([])
                 except Exception as e:  # noqa: BLE001 - kept waiting; tried again next round
                     log.warning("a job failure could not be reported yet (%r)", e)
                     await asyncio.sleep(1)
-            elif _now() - last_recovery_check >= RECOVERY_CHECK_EVERY:  # a lull: recoveries
+            elif not events and _now() - last_recovery_check >= RECOVERY_CHECK_EVERY:  # a lull
                 await reporter.check_recoveries(await load_all_timelines())
                 last_recovery_check = _now()
             # Triggered runs queued behind this one need not start: it takes over their
@@ -273,10 +319,15 @@ async def restart_diagnostics(event_id: str | None = None, cluster_block: str = 
                 last_supersede = _now()
                 if taken_until is not None and taken_until > read_until:
                     stay_until, stopping = max(stay_until, taken_until), False
-            if stopping:
-                break
+            if stopping or _now() >= deadline:
+                # From now on a restart starts a new run; what reached the server before
+                # that is this run's: one more round reads it (live, and stored).
+                await _set_trigger(deployment_id, True, log)
+                last_round = True
+                await live.wait(LAST_ROUND_GATHER_S, gather=0)
+                continue
             await live.wait(0.5)
-    stored.cancel()  # at the deadline: the next run reads from the cursor
+    stored.cancel()
     try:
         await reporter.check_recoveries(await load_all_timelines())
     finally:

@@ -53,8 +53,8 @@ Restart = tuple[RestartEvidence, Diagnosis]
 @dataclass(frozen=True)
 class RestartLinks:
     """Where a person can read more (URLs made by the flow; any may be missing): the
-    restart's own report artifact first; the flow run (a standing run handles hundreds of
-    restarts) only when there is no report to point at."""
+    restart's own report artifact and the workload's timeline; the flow run (a standing run
+    handles hundreds of restarts) only when there is neither to point at."""
 
     flow_run_url: str | None = None
     artifact_url: str | None = None
@@ -234,8 +234,9 @@ def _log_section(evidence: RestartEvidence, clean: _Redactor, lines: int,
 
 
 def _links_context(links: RestartLinks) -> dict[str, Any] | None:
-    report = _link(links.artifact_url, "Restart report") or _link(links.flow_run_url,
-                                                                   "Prefect flow run")
+    report = _link(links.artifact_url, "Restart report")
+    if report is None and links.timeline_url is None:
+        report = _link(links.flow_run_url, "Prefect flow run")
     return _context([report, _link(links.timeline_url, "Restart timeline")])
 
 

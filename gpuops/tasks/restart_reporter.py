@@ -9,11 +9,13 @@ own rate limits (slack_limits.py).
 The state lives in the timeline artifacts (restart_history.py), saved in the background
 right after each post.
 
-A message links to the report artifact of the restart it is about: that report is written
-while the batch is classified and its Slack slot reserved, so its id is usually known when
-the message goes out (a report that takes longer than `REPORT_LINK_WAIT_S` is linked no
-more; the message is not held back for it). The other restarts' reports follow in the
-background.
+A thread's parent links to the report artifact of the restart it shows. Messages are not
+held back for the report: it is written beside them, and a new parent is edited once with
+the link as soon as the report exists (one edit per new thread, counted against gpuops'
+Slack update limit); a reply carries the link only when its report was already written, and
+its parent shows the new link at its next edit. Every message links the workload's timeline
+(a keyed artifact: known before anything is written). The run itself is not linked: a
+standing run handles hundreds of restarts.
 
 A Job's own failure (`gpuops.job.failed`) is a reply in the open threads of the Job's pods'
 failures. The Job's last pod may be reported just after the Job itself: a failure that finds
@@ -76,7 +78,6 @@ SLACK_TROUBLE = {"ratelimited", "internal_error", "fatal_error", "service_unavai
 THREAD_GONE = {"message_not_found", "thread_not_found", "channel_not_found", "is_archived"}
 WORKLOADS_AT_ONCE = 8  # workloads of one batch handled concurrently
 REPORTS_AT_ONCE = 4  # restart report artifacts written concurrently, in the background
-REPORT_LINK_WAIT_S = 0.5  # a message waits at most this for its report's id, once ready
 JOB_FAILURE_GRACE = timedelta(seconds=15)
 JOB_FAILED_CAUSE = "job-failed"  # the thread of a Job failure none of whose pods was reported
 
@@ -132,7 +133,6 @@ class _Group:
     items: list[tuple[RestartEvidence, Diagnosis, TimelineRow]]
     thread: TimelineRow | None
     channel: str
-    report: asyncio.Task | None = None  # the latest restart's report artifact: its id
 
 
 @dataclass
@@ -160,6 +160,7 @@ class RestartReporter:
         self.links = RestartLinks(flow_run_url=runtime_flow_run.ui_url)
         self.ui_url = get_current_settings().ui_url  # None: no links
         self._reports: dict[str, asyncio.Task] = {}  # restart identity -> its report's id
+        self._linking: list[asyncio.Task] = []  # parents to point at their report
         self._waiting_jobs: list[tuple[JobFailure, Event]] = []
         self._edits: asyncio.Task | None = None
         self._report_gate = asyncio.Semaphore(REPORTS_AT_ONCE)
@@ -172,6 +173,10 @@ class RestartReporter:
         await self.handle_job_failures([], final=True)
         if self._edits is not None:
             await self._edits
+        for linked in await asyncio.gather(*self._linking, return_exceptions=True):
+            if isinstance(linked, BaseException):
+                self.log.warning("a parent was not linked to its restart report: %s", linked)
+        self._linking.clear()
         await self.update_parents(final=True)
         await self._saves.flush()
         await self.limits.finish()
@@ -244,26 +249,42 @@ class RestartReporter:
         for cause, items in by_cause.items():
             thread = timeline.thread_for(cause, now, window)
             channel = thread.channel if thread else route_channel(items[-1][0], self.policy)
-            # Its message links to it: written now, beside the batch's rate-limit slots.
-            evidence, diagnosis, _ = items[-1]
-            report = self._report_of(evidence, diagnosis, at_once=True)
-            plan.groups.append(_Group(items, thread, channel, report))
+            plan.groups.append(_Group(items, thread, channel))
         return plan
 
     def _timeline_url(self, timeline: Timeline) -> str | None:
         """The timeline's keyed artifact in the UI (`/artifacts/key/<key>`)."""
         return f"{self.ui_url}/artifacts/key/{timeline.key}" if self.ui_url else None
 
-    async def _links(self, timeline: Timeline, report: asyncio.Task | None) -> RestartLinks:
-        """Links for a message: the restart's own report (its artifact's UI route,
-        `/artifacts/artifact/<id>`) if its id comes in time, the workload's timeline."""
-        artifact_url = None
-        if report is not None and self.ui_url:
-            done, _ = await asyncio.wait({report}, timeout=REPORT_LINK_WAIT_S)
-            if done and not report.cancelled() and report.exception() is None:
-                artifact_url = f"{self.ui_url}/artifacts/artifact/{report.result()}"
-        return RestartLinks(flow_run_url=self.links.flow_run_url, artifact_url=artifact_url,
+    def _report_url(self, report: asyncio.Task | None) -> str | None:
+        """The UI route of a written report artifact (`/artifacts/artifact/<id>`), or None
+        while it is being written (or if writing it failed)."""
+        if report is None or not self.ui_url or not report.done() or report.cancelled() \
+                or report.exception() is not None:
+            return None
+        return f"{self.ui_url}/artifacts/artifact/{report.result()}"
+
+    def _links(self, timeline: Timeline, report: asyncio.Task | None) -> RestartLinks:
+        """Links for a message now: the workload's timeline, and the restart's own report
+        if it is written already."""
+        return RestartLinks(flow_run_url=self.links.flow_run_url,
+                            artifact_url=self._report_url(report),
                             timeline_url=self._timeline_url(timeline))
+
+    async def _link_report(self, parent: _Parent, identity: str, report: asyncio.Task, *,
+                           edit: bool) -> None:
+        """Point `parent` at the report of the restart it shows once that is written; `edit`
+        it at once (a new parent), else at its next edit (it has a new reply)."""
+        with contextlib.suppress(Exception):  # a failed report is logged by `finish`
+            await asyncio.shield(report)
+        url = self._report_url(report)
+        if url is None or parent.latest[0].identity != identity:
+            return  # not written, or a later restart's report is the one to show
+        parent.links = RestartLinks(flow_run_url=parent.links.flow_run_url, artifact_url=url,
+                                    timeline_url=parent.links.timeline_url)
+        if edit:
+            await self.limits.update(1)
+            await self._edit_parent(parent)
 
     async def _report(self, plan: _WorkloadPlan) -> None:
         timeline = plan.timeline
@@ -282,7 +303,7 @@ class RestartReporter:
             self._saves.save(timeline.workload_key, timeline)
         # The per-restart reports are history, not state: written in the background so the
         # next batch's Slack messages do not wait for them (`finish` waits). The reports
-        # the messages link to were started when the batch was classified.
+        # the messages are about were started as each message went out.
         for evidence, diagnosis in plan.handled:
             self._report_of(evidence, diagnosis)
 
@@ -315,7 +336,7 @@ class RestartReporter:
         latest_ev, latest_dx = restarts[-1]
         name = f"{latest_ev.workload.name}-{latest_dx.cause}"
         thread = group.thread
-        links = await self._links(timeline, group.report)
+        links = self._links(timeline, self._reports.get(latest_ev.identity))
         message: slack.PostedMessage | None = None
         if thread is not None:
             message = slack.PostedMessage(thread.channel, thread.thread_ts)
@@ -335,16 +356,28 @@ class RestartReporter:
                     message.ts, _Parent(message, timeline, restarts[-1], links))
                 parent.latest, parent.links = restarts[-1], links
                 parent.replies += 1
+                self._linking_later(parent, latest_dx, latest_ev, links, edit=False)
         if message is None:
             channel = route_channel(latest_ev, self.policy)
             new = parent_blocks(restarts, links=links, total_restarts=len(restarts))
             if thread is not None:  # a second message for this group: it needs its own slot
                 await self.limits.post({channel: 1})
             message = await post_to_slack(self.conn, channel, new.text, new.blocks, name)
-            self.parents[message.ts] = _Parent(message, timeline, restarts[-1], links,
-                                               edited_at=time.monotonic())
+            parent = _Parent(message, timeline, restarts[-1], links,
+                             edited_at=time.monotonic())
+            self.parents[message.ts] = parent
+            self._linking_later(parent, latest_dx, latest_ev, links, edit=True)
         for *_, row in group.items:
             row.channel, row.thread_ts, row.reported = message.channel, message.ts, "posted"
+
+    def _linking_later(self, parent: _Parent, diagnosis: Diagnosis, latest: RestartEvidence,
+                       links: RestartLinks, *, edit: bool) -> None:
+        """The message is out: write the report it is about (at once, not behind the
+        background ones) and link the parent to it when it is written."""
+        report = self._report_of(latest, diagnosis, at_once=True)
+        if links.artifact_url is None and self.ui_url:
+            self._linking.append(asyncio.create_task(
+                self._link_report(parent, latest.identity, report, edit=edit)))
 
     # --- a Job's own failure ------------------------------------------------------------------
 
