@@ -126,3 +126,55 @@ def test_a_job_past_its_deadline_with_no_failed_pod_gets_a_parent_of_its_own(
     assert text_of(parent).count("Job failed") >= 1
     assert not [m for m in slack_fake.messages() if m.get("thread_ts") not in
                 (None, m["ts"])], "the pod the deadline stopped is not a failure of its own"
+
+
+def test_the_jobs_end_comes_after_its_last_pods_failure_in_the_thread(prefect_server, sim,
+                                                                      slack_fake):
+    """The watcher sees the Job fail before it has captured the last pod's failure: the
+    run holds the Job's failure back until the thread has the pods the Job counts, so the
+    thread reads pod, pod, pod, "Job failed"."""
+    import threading
+    import uuid
+
+    from gpuops.flows.restart_diagnostics import restart_diagnostics
+    from gpuops.sensors.emitter import EventSender, build_event
+    from gpuops.tasks.evidence import JobFailure
+    from tests import restart_fixtures as fx
+    from tests.test_restart_diagnostics import unique_cluster
+
+    name = unique_cluster()
+    blocks = save_blocks(sim, slack_fake, name)
+    now = datetime.now(UTC)
+
+    def pod_failed(n: int):
+        ev = fx.job_pod_failed(fx.log_with(fx.CUDA_OOM_LINE), 1, instance=f"c{n}").model_copy(
+            update={"cluster": name, "pod": f"finetune-{n}", "pod_uid": f"{name}-{n}",
+                    "observed_at": now + timedelta(seconds=n)})
+        return build_event(obj="pod", what="restarted", cluster=name, kind="Pod",
+                           namespace=ev.namespace, name=ev.pod, identity=ev.identity,
+                           payload=ev.model_dump(mode="json"))
+    failure = JobFailure(cluster=name, namespace="ml", name="finetune-llama",
+                         uid=f"job-{uuid.uuid4().hex[:6]}", reason="BackoffLimitExceeded",
+                         failed_pods=3, backoff_limit=2, started_at=now - timedelta(minutes=1),
+                         observed_at=now + timedelta(seconds=2))
+    job_failed = build_event(obj="job", what="failed", cluster=name, kind="Job",
+                             namespace="ml", name=failure.name, identity=failure.identity,
+                             payload=failure.model_dump(mode="json"))
+    EventSender().send([pod_failed(0), pod_failed(1), job_failed])
+    wait_for(lambda: len(asyncio.run(read_restart_events(
+        name, now - timedelta(minutes=1), datetime.now(UTC) + timedelta(minutes=1)))) >= 3,
+        timeout=30, message="the first events stored")
+    run = threading.Thread(target=lambda: asyncio.run(restart_diagnostics(
+        **blocks, quiet_seconds=3.0)))
+    run.start()
+    try:
+        wait_for(lambda: parents(slack_fake), timeout=60, message="the thread's parent")
+        EventSender().send([pod_failed(2)])  # the last pod, captured after the Job's end
+    finally:
+        run.join(120)
+    (parent,) = parents(slack_fake)
+    thread = [m for m in slack_fake.messages() if m.get("thread_ts") == parent["ts"]
+              and m["ts"] != parent["ts"]]
+    assert [("Job failed" in m["text"]) for m in thread] == [False, True], \
+        [m["text"] for m in thread]
+    assert "finetune-2" in thread[0]["text"]

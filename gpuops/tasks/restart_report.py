@@ -355,7 +355,8 @@ def reply_blocks(restarts: Sequence[Restart], *, links: RestartLinks = RestartLi
         _log_section(ev, clean, log_lines, f"Last {log_lines} log lines"),
         _links_context(links),
     ]
-    latest = f"{what_happened(ev)} of {ev.pod}/{ev.container}"
+    latest = (f"{what_happened(ev)} of {ev.pod}/{ev.container}" if ev.trigger == "restart"
+              else f"{ev.pod}/{ev.container} · {what_happened(ev)}")
     text = latest if len(ordered) == 1 else f"{len(ordered)} restarts, latest {latest}"
     text = truncate(escape_mrkdwn(clean(f"{text}: {dx.title}")), FALLBACK_LIMIT)
     return SlackMessage(text=text, blocks=[b for b in blocks if b])

@@ -405,7 +405,10 @@ class RestartReporter:
             self.counts["duplicate"] += 1
             return
         threads = self._job_threads(timeline, now)
-        if not threads and not final and now - failure.observed_at < JOB_FAILURE_GRACE:
+        # The Job's last pod may be reported just after the Job: wait for its pods' failures
+        # (a thread, and as many as the Job counts), a little, so the thread reads in order.
+        if not final and now - failure.observed_at < JOB_FAILURE_GRACE and (
+                not threads or _pod_failures_since(timeline, failure) < failure.failed_pods):
             self._waiting_jobs.append((failure, event))
             return
         links = RestartLinks(timeline_url=self._timeline_url(timeline))
@@ -526,6 +529,14 @@ def _row(evidence: RestartEvidence, diagnosis: Diagnosis) -> TimelineRow:
                        restart_count=evidence.restart_count, cause=diagnosis.cause,
                        confidence=round(diagnosis.confidence, 2), node=evidence.node,
                        exit=exit_summary(evidence), reported="")
+
+
+def _pod_failures_since(timeline: Timeline, failure: JobFailure) -> int:
+    """The failed pods (not restarts) of the workload recorded since the Job started."""
+    since = failure.started_at
+    return sum(1 for r in timeline.rows if ("/terminated-" in r.identity
+                                            or "/pod-failed-" in r.identity)
+               and (since is None or datetime.fromisoformat(r.time) >= since))
 
 
 def _job_row(failure: JobFailure, cause: str, reported: str) -> TimelineRow:
