@@ -40,7 +40,8 @@ def test_restart_storm_bench_reports_every_figure(prefect_server, capsys):
     result = restart_storm.main(json_output=True, workloads=len(restart_storm.FAULTS),
                                 duration_s=restart_storm.MIN_DURATION_S + 1, speed=10,
                                 prefect_api_url=prefect_server, drain_timeout_s=15,
-                                settle_quiet_s=1, drain_quiet_s=1, cold_start_idle_s=660)
+                                settle_timeout_s=30, settle_quiet_s=1, drain_quiet_s=1,
+                                cold_start_idle_s=660)
     last_line = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last_line) == result
     assert {"restarts_injected", "restarts_reported", "reported_with_evidence",
@@ -48,6 +49,7 @@ def test_restart_storm_bench_reports_every_figure(prefect_server, capsys):
             "detect_p95_s", "slack_p95_s", "max_parent_messages_per_workload_cause",
             "flow_runs", "flow_runs_cancelled", "queue_high_water", "wall_s"} <= set(result)
     assert result["restarts_reported"] >= 1
+    assert result["watcher_restarts"] == 1  # the storm killed the watcher and started another
 
 
 def test_a_restart_storm_too_short_to_restart_the_watcher_is_refused_before_it_starts():

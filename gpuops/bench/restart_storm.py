@@ -467,15 +467,7 @@ class RestartStorm:
         evict_every, next_evict = max(4.0, d / 12), 1.0
         while (elapsed := time.time() - started) < d:
             while actions and actions[0][0] <= elapsed:
-                action = actions.pop(0)[1]
-                if action == "kill":  # down from the moment it is told to stop
-                    self.down.append((time.time(), math.inf))
-                    self.watchers[-1].stop()
-                elif action == "restart":  # a new watcher, the same state file
-                    self.watchers.append(self._new_watcher())
-                    self.down[-1] = (self.down[-1][0], time.time())
-                else:
-                    self.fault(action)
+                self._disrupt(actions.pop(0)[1])
             if elapsed >= next_evict:
                 for w in self.workloads:
                     if w.fault == "evict":
@@ -483,8 +475,23 @@ class RestartStorm:
                             "evict", w.namespace, selector=f"{LABEL}={w.name}")["evicted"])
                 next_evict += evict_every
             time.sleep(0.2)
+        # A slow step (stopping a watcher can take seconds) can push the last actions past
+        # the end of a short storm: run them now, so every storm ends with a watcher running
+        # and each disruption done once.
+        for _, action in actions:
+            self._disrupt(action)
         self.recover()
         self.storm_s = time.time() - started
+
+    def _disrupt(self, action: str) -> None:
+        if action == "kill":  # down from the moment it is told to stop
+            self.down.append((time.time(), math.inf))
+            self.watchers[-1].stop()
+        elif action == "restart":  # a new watcher, the same state file
+            self.watchers.append(self._new_watcher())
+            self.down[-1] = (self.down[-1][0], time.time())
+        else:
+            self.fault(action)
 
     def settle(self, timeout_s: float) -> None:
         """Every pod running again, nothing new for `settle_quiet_s`, the watcher's queue
@@ -797,7 +804,7 @@ def main(json_output: bool = True, workloads: int = 30, duration_s: float = 120.
          drain_timeout_s: float = 1800.0, keep_logs: bool = False,
          prefect_database_url: str | None = None, prefect_redis: str | None = None,
          settle_quiet_s: float = SETTLE_QUIET_S, drain_quiet_s: float = DRAIN_QUIET_S,
-         cold_start_idle_s: float = 0.0) -> dict[str, Any]:
+         cold_start_idle_s: float = 0.0, settle_timeout_s: float = 90.0) -> dict[str, Any]:
     """`--prefect-database-url postgresql+asyncpg://…/DB --prefect-redis 127.0.0.1:6379`
     runs the bench's Prefect server in Prefect's production setup (the database must exist
     and be empty). A small run (the smoke test's) takes every path in well under a minute:
@@ -805,7 +812,8 @@ def main(json_output: bool = True, workloads: int = 30, duration_s: float = 120.
     and restarts the watcher), short quiet periods (`--settle-quiet-s`, `--drain-quiet-s`)
     and `--cold-start-idle-s 660` (the cold-start crash restarts at once)."""
     result = run(int(workloads), float(duration_s), float(speed), int(channels),
-                 prefect_api_url, float(drain_timeout_s), keep_logs=bool(keep_logs),
+                 prefect_api_url, float(drain_timeout_s), float(settle_timeout_s),
+                 keep_logs=bool(keep_logs),
                  prefect_database_url=prefect_database_url, prefect_redis=prefect_redis,
                  settle_quiet_s=float(settle_quiet_s), drain_quiet_s=float(drain_quiet_s),
                  cold_start_idle_s=float(cold_start_idle_s))
