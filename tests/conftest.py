@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,19 @@ from kubernetes import client, config
 
 from gpuops.simcluster.server import SimConfig
 from gpuops.simcluster.testing import SimClusterThread
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The session server's home (its SQLite database: tens of MB) goes with a passing
+    session; a failing one keeps it for the server's log."""
+    if exitstatus == 0:
+        shutil.rmtree(_PREFECT_HOME, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int) -> None:
+    if exitstatus != 0 and _PREFECT_HOME.exists():
+        terminalreporter.write_line(f"session Prefect server's home and log kept in "
+                                    f"{_PREFECT_HOME}")
 
 
 def _api_client(kubeconfig: Path) -> client.ApiClient:
