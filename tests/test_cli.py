@@ -203,7 +203,7 @@ def default_cluster(tmp_path: Path):
     """simcluster with the default scenario (what `gpuops up` starts)."""
     from kubernetes import client, config
 
-    from gpuops.simcluster.server import SimConfig
+    from gpuops.simcluster.cluster import SimConfig
     from gpuops.simcluster.testing import SimClusterThread
     from tests.helpers import wait_for
 

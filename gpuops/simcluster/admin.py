@@ -8,12 +8,12 @@ import orjson
 from aiohttp import web
 from pydantic import Field
 
-from . import errors
-from .faults import ErrorRule, FaultParams
+from .core import errors
+from .core.faults import ErrorRule, FaultParams
 
 if TYPE_CHECKING:
-    from .apiserver import ApiServer
-    from .server import SimCluster
+    from .apiserver.server import ApiServer
+    from .cluster import SimCluster
 
 Method = Literal["*", "GET", "POST", "PUT", "PATCH", "DELETE"]
 
@@ -161,9 +161,9 @@ async def _json(request: web.Request) -> dict[str, Any]:
 def fault_catalog() -> dict[str, dict[str, Any]]:
     """Every fault kind a cluster registers, described from its parameter model, without
     starting a cluster (for `gpuops sim fault --list`)."""
-    from .apiserver import ApiServer
+    from .apiserver.server import ApiServer
+    from .cluster import SimCluster, SimConfig
     from .controllers_all import build_controllers
-    from .server import SimCluster, SimConfig
 
     cluster = SimCluster(SimConfig(scenario="empty"))
     build_controllers(cluster)

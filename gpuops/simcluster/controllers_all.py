@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .server import Controller, SimCluster
+    from .cluster import Controller, SimCluster
 
 
 def build_controllers(cluster: SimCluster) -> list[Controller]:
-    from . import kubelet, metrics, nodepools, scheduler, workloads
+    from .cloud import nodepools
+    from .controllers import manager as workloads
+    from .kubelet import kubelet
+    from .metrics import engine as metrics
+    from .scheduler import scheduler
 
     controllers: list[Controller] = []
     for module in (scheduler, kubelet, workloads, nodepools, metrics):

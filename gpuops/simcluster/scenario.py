@@ -21,14 +21,14 @@ from pydantic import Field, ValidationError
 
 from gpuops.common.yamlsource import YamlDocument
 
-from . import errors
-from .admission import admit_create
-from .nodepools import DNS_LABEL, NodePool, SpecModel, pools_of, register_node
-from .resources import ResourceType
-from .serving import DemandModel
+from .cloud.nodepools import DNS_LABEL, NodePool, SpecModel, pools_of, register_node
+from .core import errors
+from .core.admission import admit_create
+from .core.resources import ResourceType
+from .metrics.serving import DemandModel
 
 if TYPE_CHECKING:
-    from .server import SimCluster
+    from .cluster import SimCluster
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 DEFAULT_CLUSTER_NAME = "sim"  # SimConfig's default: a scenario's cluster.name replaces it

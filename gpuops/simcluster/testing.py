@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .server import SimCluster, SimConfig
+from .cluster import SimCluster, SimConfig
 
 
 class SimClusterThread:
