@@ -638,7 +638,7 @@ def _pdb(**spec) -> dict:
     ({"maxUnavailable": 0}, None, (4, 2, 4, 0)),  # no scale given: the covered pods
 ])
 def test_pdb_budget_counts_ready_covered_pods_against_the_rounded_budget(spec, scale, expected):
-    from gpuops.simcluster.controllers.disruption import pdb_budget
+    from gpuops.simcluster.core.pdb import pdb_budget
 
     pods = [_pod("a1", ready=True), _pod("a2", ready=True), _pod("a3", ready=False),
             _pod("a4", ready=True, deleting=True), _pod("b1", ready=True, labels={"app": "b"}),
@@ -649,7 +649,7 @@ def test_pdb_budget_counts_ready_covered_pods_against_the_rounded_budget(spec, s
 
 
 def test_pdb_budget_allows_what_exceeds_the_desired_and_holds_recent_evictions():
-    from gpuops.simcluster.controllers.disruption import pdb_budget
+    from gpuops.simcluster.core.pdb import pdb_budget
 
     pods = [_pod(f"a{i}", ready=True) for i in range(4)]
     assert pdb_budget(_pdb(minAvailable=2), pods)["disruptionsAllowed"] == 2

@@ -1,20 +1,49 @@
-"""SimCluster: the store, the HTTP API and the simulated controllers in one asyncio process."""
+"""SimCluster: the one module that builds simcluster's parts and wires them together.
+
+Every component is handed what it uses and nothing more: the store, the clock, the event
+recorder, the log store, the fault registry, an informer-style index, its typed config
+section (`config.py`). What two components share is a `core/` object built here once (the
+owner index of the controllers and the API server's DELETE, the GPU allocations of the kubelet
+and the DCGM exporter, the node index of the node pools and the node lifecycle controller);
+no component reaches another. Components are built after the scenario is in the store and in
+this order, which is also the order their store listeners are called in.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
 from aiohttp import web
 
+from .admin import AdminApi
+from .apiserver.server import ApiServer
+from .cloud.aws import AwsPoolSync
+from .cloud.nodepools import NodePoolController
+from .cloud.pools import NodePools
+from .config import DEFAULT_CLUSTER_NAME, Knobs, SimConfig
+from .controllers.deployment import DeploymentController
+from .controllers.disruption import DisruptionController
+from .controllers.garbagecollector import GarbageCollector
+from .controllers.job import JobController
+from .controllers.nodelifecycle import NodeLifecycleController
+from .controllers.replicaset import ReplicaSetController
+from .controllers.statefulset import StatefulSetController
 from .core.clock import VirtualClock
 from .core.faults import FaultRegistry
+from .core.gpus import GpuAllocations
 from .core.logs import LogStore
+from .core.nodeindex import NodeIndex
+from .core.ownership import OwnerIndex
+from .core.recorder import Recorder
 from .core.store import Store
+from .kubelet.kubelet import Kubelet
+from .metrics.engine import MetricsEngine
+from .scenario import ParsedScenario, apply_scenario, parse_scenario, scenario_text
+from .scheduler.scheduler import Scheduler
 
 log = logging.getLogger("gpuops.simcluster")
 
@@ -27,38 +56,91 @@ class Controller(Protocol):
     async def run(self) -> None: ...
 
 
-@dataclass
-class SimConfig:
-    cluster_name: str = "sim"
-    scenario: str = "default"  # a name of a shipped scenario or a path to a YAML file
-    speed: float = 1.0
-    aws_endpoint: str | None = None  # moto's URL: node pools follow their node group / ASG
-    history_window: int = 50_000
-    controllers: bool = True  # False: a bare API server (for the scale benchmark)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
 class SimCluster:
     def __init__(self, config: SimConfig | None = None) -> None:
         self.config = config or SimConfig()
+        self.name = self.config.cluster_name  # a scenario's cluster.name replaces the default
+        self.knobs: Knobs = self.config.knobs
         self.clock = VirtualClock(self.config.speed)
         self.store = Store(self.clock, history_window=self.config.history_window)
         self.logs = LogStore()
         self.faults = FaultRegistry()
+        self.recorder = Recorder(self.store, self.clock)
         self.controllers: list[Controller] = []
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
         self.url = ""
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        from .apiserver.server import build_app
-        from .scenario import load_scenario
+    # --- wiring --------------------------------------------------------------------------------
 
-        load_scenario(self, self.config.scenario)
+    def assemble(self, scenario: ParsedScenario | None = None) -> web.Application:
+        """Load `scenario` into the store, build every component and the HTTP app; nothing
+        runs until `start`. The scenario's `sim:` and `demand:` knobs apply on top of the
+        config's, its cluster name unless the config names the cluster."""
+        if scenario is not None and self.config.cluster_name == DEFAULT_CLUSTER_NAME:
+            self.name = scenario.scenario.cluster.name
+        pools = NodePools(self.store, self.clock, self.recorder, self.name)
+        if scenario is not None:
+            apply_scenario(self.store, pools, scenario)
+            self.knobs = self.config.knobs.merged(scenario.scenario.sim,
+                                                  scenario.scenario.demand)
+        store, clock, recorder, knobs = self.store, self.clock, self.recorder, self.knobs
+        gpus = GpuAllocations(store, store.type("pods"), store.type("nodes"))
+        owners: OwnerIndex | None = None
         if self.config.controllers:
-            from .controllers_all import build_controllers
-            self.controllers = build_controllers(self)
-        app = build_app(self)
+            self.controllers = [
+                Scheduler(store, clock, recorder, knobs.scheduler()),
+                Kubelet(store, clock, recorder, self.logs, self.faults, gpus,
+                        knobs.kubelet.config()),
+            ]
+            owners = OwnerIndex(store)
+            self.controllers += self._controller_manager(owners)
+            self.controllers += self._cloud(pools)
+        metrics = MetricsEngine(store, clock, self.faults, gpus, knobs.demand_model())
+        if self.config.controllers:
+            self.controllers.append(metrics)
+        api = ApiServer(store, clock, self.logs, self.faults,
+                        has_dependents=None if owners is None else owners.has_dependents)
+        app = web.Application(middlewares=[api.middleware], client_max_size=64 * 1024 * 1024)
+        AdminApi(store, clock, self.faults, self.name,
+                 lambda text, source: apply_scenario(store, pools,
+                                                     parse_scenario(text, source))
+                 ).add_routes(app)
+        app.router.add_get("/metrics", metrics.handle)
+        api.add_routes(app)
+        return app
+
+    def _controller_manager(self, owners: OwnerIndex) -> list[Controller]:
+        store, clock, recorder = self.store, self.clock, self.recorder
+        return [
+            ReplicaSetController(store, clock, recorder, owners),
+            DeploymentController(store, clock, recorder, owners),
+            StatefulSetController(store, clock, recorder, owners),
+            JobController(store, clock, recorder, owners),
+            DisruptionController(store, clock, recorder),
+            GarbageCollector(store, clock, owners),
+        ]
+
+    def _cloud(self, pools: NodePools) -> list[Controller]:
+        """The node pools, and the node lifecycle controller that shares their node index."""
+        store, clock, recorder = self.store, self.clock, self.recorder
+        nodes = NodeIndex(store)
+        config = self.knobs.node_pools(self.config.aws_endpoint)
+        pool_controller = NodePoolController(store, clock, recorder, nodes, pools, config)
+        lifecycle = NodeLifecycleController(store, clock, recorder, nodes,
+                                            self.knobs.node_lifecycle())
+        pool_controller.register_faults(self.faults)
+        lifecycle.register_faults(self.faults)
+        controllers: list[Controller] = [pool_controller, lifecycle]
+        if config.aws_endpoint:
+            controllers.append(AwsPoolSync(clock, pool_controller, config.aws_endpoint,
+                                           config.aws_poll_seconds))
+        return controllers
+
+    # --- running -------------------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        app = self.assemble(parse_scenario(*scenario_text(self.config.scenario)))
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -91,7 +173,7 @@ class SimCluster:
             await self._runner.cleanup()
 
     def kubeconfig(self, user: str = "gpuops") -> dict[str, Any]:
-        name = self.config.cluster_name
+        name = self.name
         return {
             "apiVersion": "v1", "kind": "Config", "current-context": name,
             "clusters": [{"name": name, "cluster": {"server": self.url}}],
@@ -106,3 +188,11 @@ class SimCluster:
         tmp.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
         tmp.replace(path)  # atomic: a reader never sees half a kubeconfig
         return path
+
+
+def fault_catalog() -> dict[str, dict[str, Any]]:
+    """Every fault kind a cluster registers, described from its parameter model, without
+    starting a cluster (for `gpuops sim fault --list`)."""
+    cluster = SimCluster(SimConfig(scenario="empty"))
+    cluster.assemble()
+    return cluster.faults.describe()

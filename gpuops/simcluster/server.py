@@ -7,14 +7,15 @@ import logging
 import signal
 from pathlib import Path
 
-from .cluster import SimCluster, SimConfig
+from .cluster import SimCluster
+from .config import SimConfig
 
 
 async def _serve(config: SimConfig, host: str, port: int, kubeconfig: Path) -> None:
     cluster = SimCluster(config)
     url = await cluster.start(host, port)
     cluster.write_kubeconfig(kubeconfig)
-    print(f"simcluster {config.cluster_name!r} serving at {url}; kubeconfig: {kubeconfig}",
+    print(f"simcluster {cluster.name!r} serving at {url}; kubeconfig: {kubeconfig}",
           flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

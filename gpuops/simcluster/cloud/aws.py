@@ -16,11 +16,12 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..core.nodes import REGION
+from ..core.clock import VirtualClock
+from .nodes import REGION
 
 if TYPE_CHECKING:
-    from ..cluster import SimCluster
-    from .nodepools import NodePool, NodePoolController
+    from .nodepools import NodePoolController
+    from .pools import NodePool
 
 log = logging.getLogger("gpuops.simcluster.aws")
 
@@ -198,15 +199,16 @@ class AwsPoolSync:
 
     name = "nodepools-aws"
 
-    def __init__(self, cluster: SimCluster, pools: NodePoolController) -> None:
-        self.cluster = cluster
+    def __init__(self, clock: VirtualClock, pools: NodePoolController, endpoint: str,
+                 interval_s: float) -> None:
+        self.clock = clock
         self.pools = pools
-        self.interval = float(cluster.config.extra.get("aws_poll_seconds", 2.0))
+        self.endpoint = endpoint
+        self.interval = interval_s
 
     async def run(self) -> None:
-        endpoint = self.cluster.config.aws_endpoint
-        assert endpoint
-        aws = await asyncio.to_thread(AwsBacking, endpoint, self.cluster.config.cluster_name)
+        endpoint = self.endpoint
+        aws = await asyncio.to_thread(AwsBacking, endpoint, self.pools.pools.cluster_name)
         cluster_ready = False
         while True:
             backed = [r for r in self.pools.runtimes.values() if r.aws]
@@ -230,4 +232,4 @@ class AwsPoolSync:
                     self.pools.apply_group_size(runtime, size)
             except (BotoCoreError, ClientError) as e:
                 log.warning("node pools: AWS at %s answered %s; retrying", endpoint, e)
-            await self.cluster.clock.sleep(self.interval, min_real=0.2)
+            await self.clock.sleep(self.interval, min_real=0.2)

@@ -7,8 +7,8 @@ NotReady at once, turns Ready after the pool's provisioning lag and advertises i
 `gpuPluginDelaySeconds` later (the device plugin); scale-in cordons a node (cordoned, then
 emptiest, then youngest first), deletes its pods and removes it once they are gone.
 
-`cluster.config.extra["pools"]` maps pool names to their `NodePool` for other components
-(metrics, scenario loading); nodes carry the pool in the `gpuops.io/pool` label.
+The pools themselves are `pools.py`'s catalog (scenario loading adds to it); nodes carry their
+pool in the `gpuops.io/pool` label.
 """
 
 from __future__ import annotations
@@ -16,147 +16,51 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
-from pydantic_core import PydanticCustomError
+from pydantic import AliasChoices, Field
 
 from gpuops.common.quantity import parse_quantity
 
-from ..controllers.nodelifecycle import NodeLifecycleController, remove_node, report_ready
 from ..core import errors
-from ..core.clock import parse_rfc3339, rfc3339
-from ..core.faults import FaultParams
+from ..core.admission import admit_create
+from ..core.clock import VirtualClock, parse_rfc3339, rfc3339
+from ..core.faults import FaultParams, FaultRegistry
+from ..core.gpus import GPU_RESOURCE
 from ..core.nodeindex import NodeIndex
 from ..core.nodes import (
-    GPU,
     POOL_LABEL,
     TAINT_NOT_READY,
     TAINT_UNSCHEDULABLE,
-    NodeNamer,
     add_taint,
-    advertise_gpus,
     condition,
-    gpu_feature_labels,
     holds_resources,
     is_ready,
-    new_node,
-    pod_gpu_request,
 )
-from ..core.recorder import record_event
+from ..core.nodewrites import remove_node, report_ready
+from ..core.recorder import Recorder
+from ..core.store import Store
+from .nodes import advertise_gpus, gpu_feature_labels, pod_gpu_request
+from .pools import NodePool, NodePools
 
 if TYPE_CHECKING:
-    from ..cluster import Controller, SimCluster
     from .aws import GroupSize
 
 log = logging.getLogger("gpuops.simcluster.nodepools")
 Obj = dict[str, Any]
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 
-def _quantity(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise PydanticCustomError("quantity", "must be a Kubernetes quantity such as 192, "
-                                  "'500m' or '2048Gi'")
-    parse_quantity(value)  # raises ValueError naming the text
-    return str(value)
-
-
-Quantity = Annotated[str, BeforeValidator(_quantity)]
-
-
-class SpecModel(BaseModel):
-    """Scenario sections: camelCase keys, unknown keys rejected, immutable once loaded."""
-
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True,
-                              frozen=True)
-
-
-class Taint(SpecModel):
-    key: str = Field(min_length=1)
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-
-    def as_kubernetes(self) -> Obj:
-        return {"key": self.key, **({"value": self.value} if self.value else {}),
-                "effect": self.effect}
-
-
-class NodePool(SpecModel):
-    """One pool as a scenario file declares it (camelCase keys)."""
-
-    name: str = Field(pattern=DNS_LABEL)
-    instance_type: str
-    gpu_product: str | None = None  # the nvidia.com/gpu.product label, e.g. NVIDIA-L4
-    gpus_per_node: int = Field(0, ge=0)
-    cpu: Quantity
-    memory: Quantity
-    ephemeral_storage: Quantity = "100Gi"
-    max_pods: int = Field(110, ge=1)
-    min_size: int = Field(0, ge=0)
-    max_size: int = Field(ge=0)
-    desired_size: int = Field(ge=0)
-    provisioning_lag_seconds: float = Field(240, ge=0)
-    gpu_plugin_delay_seconds: float = Field(75, ge=0)
-    price_per_hour: float = Field(0, ge=0)
-    taints: list[Taint] = []
-    labels: dict[str, str] = {}
-    backing: Literal["eks", "asg", "none"] = "none"
-    zones: list[str] = Field(default=["us-east-1a", "us-east-1b", "us-east-1c"], min_length=1)
-    capacity_type: Literal["ON_DEMAND", "SPOT"] = "ON_DEMAND"
-    aws_name: str | None = None  # node group / ASG name; default below
-
-    @model_validator(mode="after")
-    def _sizes_and_gpus(self) -> NodePool:
-        if not self.min_size <= self.desired_size <= self.max_size:
-            raise ValueError(f"desiredSize {self.desired_size} must be between minSize "
-                             f"{self.min_size} and maxSize {self.max_size}")
-        if self.gpus_per_node and not self.gpu_product:
-            raise ValueError("gpuProduct is required when gpusPerNode > 0 (the "
-                             "nvidia.com/gpu.product label, e.g. `NVIDIA-H100-80GB-HBM3`)")
-        return self
-
-    def aws_group_name(self, cluster_name: str) -> str:
-        """The EKS node group (named as the pool) or ASG (account-wide: prefixed) name."""
-        if self.aws_name:
-            return self.aws_name
-        return self.name if self.backing != "asg" else f"{cluster_name}-{self.name}"
-
-
-def pools_of(cluster: SimCluster) -> dict[str, NodePool]:
-    return cluster.config.extra.setdefault("pools", {})
-
-
-_namers: weakref.WeakKeyDictionary[SimCluster, NodeNamer] = weakref.WeakKeyDictionary()
-
-
-def register_node(cluster: SimCluster, pool: NodePool, *, ready: bool,
-                  zone: str | None = None, instance_id: str | None = None) -> Obj:
-    """Create a pool's Node: Ready with GPUs (present when the scenario loads) or NotReady
-    (just provisioned, with the kubelet's registration events)."""
-    store = cluster.store
-    nodes = store.type("nodes")
-    namer = _namers.setdefault(cluster, NodeNamer(cluster.config.cluster_name))
-    identity = namer.next(zone or pool.zones[0], lambda n: store.find(nodes, None, n) is not None,
-                          instance_id)
-    nodegroup = pool.aws_group_name(cluster.config.cluster_name) if pool.backing == "eks" \
-        else None
-    node = store.create(nodes, new_node(pool, identity, rfc3339(cluster.clock.now()),
-                                        nodegroup=nodegroup, ready=ready))
-    if not ready:
-        record_event(cluster, node, "Starting", "Starting kubelet.", component="kubelet",
-                     host=identity.name)
-        record_event(cluster, node, "RegisteredNode", f"Node {identity.name} event: Registered "
-                     f"Node {identity.name} in Controller", component="node-controller")
-    return node
+@dataclass(frozen=True)
+class NodePoolsConfig:
+    tick_seconds: float = 0.5  # virtual seconds between the controller's steps
+    aws_endpoint: str | None = None  # moto's URL: pools backed by AWS follow their group
+    aws_poll_seconds: float = 2.0  # virtual seconds between reads of the groups' sizes
 
 
 def free_gpus(node: Obj, pods: list[Obj]) -> int:
     allocatable = int(parse_quantity(((node.get("status") or {}).get("allocatable") or {}).get(
-        GPU, 0)))
+        GPU_RESOURCE, 0)))
     return allocatable - sum(pod_gpu_request(p) for p in pods if holds_resources(p))
 
 
@@ -178,23 +82,26 @@ class PoolRuntime:
 class NodePoolController:
     name = "nodepools"
 
-    def __init__(self, cluster: SimCluster, index: NodeIndex) -> None:
-        self.cluster = cluster
-        self.store = cluster.store
-        self.index = index
+    def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder, nodes: NodeIndex,
+                 pools: NodePools, config: NodePoolsConfig) -> None:
+        self.store = store
+        self.clock = clock
+        self.recorder = recorder
+        self.index = nodes
+        self.pools = pools
+        self.config = config
         self.runtimes: dict[str, PoolRuntime] = {}
         self._timeline: list[tuple[float, int, str, str, str]] = []  # due, seq, action, node, uid
         self._seq = itertools.count()
-        self.tick_seconds = float(cluster.config.extra.get("nodepool_tick_seconds", 0.5))
         self._sync_pools()
 
     async def run(self) -> None:
         while True:
             self.step()
-            await self.cluster.clock.sleep(self.tick_seconds, min_real=0.05)
+            await self.clock.sleep(self.config.tick_seconds, min_real=0.05)
 
     def step(self) -> None:
-        now = self.cluster.clock.time()
+        now = self.clock.time()
         self._sync_pools()
         self._run_due(now)
         for runtime in self.runtimes.values():
@@ -203,9 +110,9 @@ class NodePoolController:
 
     def _sync_pools(self) -> None:
         """Pick up pools added since (a scenario loaded into the running cluster)."""
-        for name, pool in pools_of(self.cluster).items():
+        for name, pool in self.pools.by_name.items():
             if name not in self.runtimes:
-                aws = bool(self.cluster.config.aws_endpoint) and pool.backing != "none"
+                aws = bool(self.config.aws_endpoint) and pool.backing != "none"
                 self.runtimes[name] = PoolRuntime(pool, aws, None if aws else pool.desired_size)
 
     def apply_group_size(self, runtime: PoolRuntime, size: GroupSize) -> None:
@@ -253,7 +160,7 @@ class NodePoolController:
                 if node_zone in per_zone:
                     per_zone[node_zone] += 1
             zone = min(pool.zones, key=lambda z: per_zone[z])
-        node = register_node(self.cluster, pool, ready=False, zone=zone, instance_id=instance)
+        node = self.pools.register_node(pool, ready=False, zone=zone, instance_id=instance)
         live.append(node["metadata"]["name"])
         self._at(now + pool.provisioning_lag_seconds, "ready", node)
         log.info("pool %s: provisioning node %s", pool.name, node["metadata"]["name"])
@@ -278,9 +185,9 @@ class NodePoolController:
             add_taint(spec, TAINT_UNSCHEDULABLE, "NoSchedule")
 
         node = self.store.mutate(self.index.nodes_type, None, name, cordon)
-        record_event(self.cluster, node, "NodeNotSchedulable",
-                     f"Node {name} status is now: NodeNotSchedulable", component="kubelet",
-                     host=name)
+        self.recorder.record(node, "NodeNotSchedulable",
+                             f"Node {name} status is now: NodeNotSchedulable",
+                             component="kubelet", host=name)
         grace = 0
         for pod in self.index.pods_on(name):
             meta = pod["metadata"]
@@ -301,7 +208,7 @@ class NodePoolController:
                 busy = [p for p in self.index.pods_on(name) if not _daemon_pod(p)]
                 if busy and now < deadline:
                     continue
-                remove_node(self.cluster, self.index, name)
+                remove_node(self.store, self.recorder, self.index, name)
                 del runtime.removing[name]
 
     # --- provisioning timeline -----------------------------------------------------------------
@@ -316,7 +223,7 @@ class NodePoolController:
             node = self.store.find(self.index.nodes_type, None, name)
             if node is None or node["metadata"]["uid"] != uid:
                 continue
-            pool = pools_of(self.cluster).get(
+            pool = self.pools.by_name.get(
                 (node["metadata"].get("labels") or {}).get(POOL_LABEL, ""))
             if pool is None:
                 continue
@@ -330,14 +237,14 @@ class NodePoolController:
         if ready is None or ready.get("reason") != "KubeletNotReady":
             return  # a fault changed it meanwhile: leave it to the fault's recovery
         name = node["metadata"]["name"]
-        node = report_ready(self.cluster, self.index, name, rfc3339(self.cluster.clock.now()),
-                            TAINT_NOT_READY)
+        node = report_ready(self.store, self.recorder, self.index, name,
+                            rfc3339(self.clock.now()), TAINT_NOT_READY)
         if pool.gpus_per_node:
             self._at(due + pool.gpu_plugin_delay_seconds, "gpus", node)
 
     def _advertise_gpus(self, node: Obj, pool: NodePool) -> None:
         name = node["metadata"]["name"]
-        if GPU in ((node.get("status") or {}).get("allocatable") or {}):
+        if GPU_RESOURCE in ((node.get("status") or {}).get("allocatable") or {}):
             return
         self.store.mutate(self.index.nodes_type, None, name,
                           lambda n: advertise_gpus(n.setdefault("status", {}), pool),
@@ -351,8 +258,7 @@ class NodePoolController:
 
     # --- faults --------------------------------------------------------------------------------
 
-    def register_faults(self) -> None:
-        faults = self.cluster.faults
+    def register_faults(self, faults: FaultRegistry) -> None:
         faults.register("scale-pool", self.scale_pool,
                         "resize a pool that is not following AWS", params=ScalePoolParams,
                         target="a node pool (or params.pool)")
@@ -379,17 +285,15 @@ class NodePoolController:
             what = "EKS node group" if pool.backing == "eks" else "Auto Scaling group"
             raise errors.bad_request(
                 f"pool {pool.name!r} follows its {what} "
-                f"{pool.aws_group_name(self.cluster.config.cluster_name)!r} in AWS: change "
+                f"{pool.aws_group_name(self.pools.cluster_name)!r} in AWS: change "
                 "its size there (`update_nodegroup_config` / `set_desired_capacity`)")
         before, runtime.desired = runtime.desired, size
-        self._reconcile(runtime, self.cluster.clock.time())
+        self._reconcile(runtime, self.clock.time())
         return {"pool": pool.name, "from": before, "to": size}
 
     def fragment_gpus(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
         runtime = self._runtime(target, params)
         per_node, namespace = params["podsPerNode"], params["namespace"]
-        from ..core.admission import admit_create
-
         created, free_after = [], {}
         for name in sorted(self.index.pool_nodes(runtime.pool.name)):
             node = self._node(name)
@@ -398,7 +302,7 @@ class NodePoolController:
             free = free_gpus(node, self.index.pods_on(name))
             count = min(per_node, free)
             for _ in range(count):
-                body = admit_create(self.cluster, self.index.pods_type,
+                body = admit_create(self.store, self.index.pods_type,
                                     _filler_pod(runtime.pool, name, params), namespace)
                 pod = self.store.create(self.index.pods_type, body, namespace)
                 created.append(pod["metadata"]["name"])
@@ -426,9 +330,9 @@ def _filler_pod(pool: NodePool, node: str, params: dict[str, Any]) -> Obj:
         "containers": [{
             "name": "filler", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
             "command": ["sleep", "infinity"],
-            "resources": {"requests": {"cpu": "1", "memory": "4Gi", GPU: "1"},
-                          "limits": {"memory": "4Gi", GPU: "1"}}}],
-        "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+            "resources": {"requests": {"cpu": "1", "memory": "4Gi", GPU_RESOURCE: "1"},
+                          "limits": {"memory": "4Gi", GPU_RESOURCE: "1"}}}],
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
     }
     if params.get("priorityClassName"):
         spec["priorityClassName"] = params["priorityClassName"]
@@ -445,17 +349,3 @@ def _instance_of(node: Obj) -> str:
 def _daemon_pod(pod: Obj) -> bool:
     return any(ref.get("kind") == "DaemonSet"
                for ref in pod["metadata"].get("ownerReferences") or [])
-
-
-def build(cluster: SimCluster) -> list[Controller]:
-    index = NodeIndex(cluster.store)
-    pools = NodePoolController(cluster, index)
-    lifecycle = NodeLifecycleController(cluster, index)
-    pools.register_faults()
-    lifecycle.register_faults()
-    controllers: list[Controller] = [pools, lifecycle]
-    if cluster.config.aws_endpoint:
-        from .aws import AwsPoolSync  # boto3 is imported only when AWS backs pools
-
-        controllers.append(AwsPoolSync(cluster, pools))
-    return controllers

@@ -13,15 +13,17 @@ progressDeadlineSeconds without progress). The arithmetic lives in `rollout.py`.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core import errors
+from ..core.clock import VirtualClock
 from ..core.ownership import OwnerIndex
 from ..core.podstate import controller_ref, is_terminating, labels_of, new_controller_ref, phase
-from ..core.recorder import record_event
+from ..core.recorder import Recorder
 from ..core.resources import ResourceType
 from ..core.selectors import selector_from_spec
-from .loop import ControllerLoop
+from ..core.store import Store
+from ..core.workqueue import ControllerLoop
 from .replicaset import SelectorsByNamespace, claim, compact_status
 from .rollout import (
     DESIRED_REPLICAS,
@@ -61,9 +63,6 @@ from .rollout import (
     status_total,
 )
 
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
-
 Obj = dict[str, Any]
 COMPONENT = "deployment-controller"
 
@@ -71,37 +70,40 @@ COMPONENT = "deployment-controller"
 class DeploymentController(ControllerLoop):
     name = COMPONENT
 
-    def __init__(self, cluster: SimCluster, index: OwnerIndex) -> None:
-        super().__init__(cluster)
-        self.index = index
+    def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder,
+                 owners: OwnerIndex) -> None:
+        super().__init__(store, clock)
+        self.recorder = recorder
+        self.index = owners
         self.d_type = self.store.type("deployments", "apps")
         self.rs_type = self.store.type("replicasets", "apps")
         self.pod_type = self.store.type("pods")
         self._selectors = SelectorsByNamespace()
         for d in self.store.list(self.d_type):
-            self._on_change(self.d_type, "ADDED", d, None)
-        self.store.add_listener(self._on_change)
+            self._on_deployment(self.d_type, "ADDED", d, None)
+        self.store.add_listener(self._on_deployment, self.d_type)
+        self.store.add_listener(self._on_replicaset, self.rs_type)
+        self.store.add_listener(self._on_pod, self.pod_type)
 
-    def _on_change(self, rtype: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
-        key = rtype.key
-        if key == "apps/deployments":
-            self._selectors.update(obj, event == "DELETED")
-            if event != "DELETED":
-                self.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]))
-        elif key == "apps/replicasets":
-            namespace = obj["metadata"]["namespace"]
-            ref, old_ref = controller_ref(obj), controller_ref(old)
-            for r in (ref, old_ref):
-                if r is not None and r.kind == "Deployment":
-                    self.enqueue((namespace, r.name))
-            if ref is None and event != "DELETED":
-                for name in self._selectors.matching(namespace, labels_of(obj)):
-                    self.enqueue((namespace, name))
-        elif key == "pods" and event == "DELETED":
-            self._on_pod_deleted(obj)
+    def _on_deployment(self, _rt: ResourceType, event: str, obj: Obj, _old: Obj | None) -> None:
+        self._selectors.update(obj, event == "DELETED")
+        if event != "DELETED":
+            self.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]))
 
-    def _on_pod_deleted(self, pod: Obj) -> None:
+    def _on_replicaset(self, _rt: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
+        namespace = obj["metadata"]["namespace"]
+        ref, old_ref = controller_ref(obj), controller_ref(old)
+        for r in (ref, old_ref):
+            if r is not None and r.kind == "Deployment":
+                self.enqueue((namespace, r.name))
+        if ref is None and event != "DELETED":
+            for name in self._selectors.matching(namespace, labels_of(obj)):
+                self.enqueue((namespace, name))
+
+    def _on_pod(self, _rt: ResourceType, event: str, pod: Obj, _old: Obj | None) -> None:
         """Recreate waits for the old pods to be gone: wake it when the last one goes."""
+        if event != "DELETED":
+            return
         ref = controller_ref(pod)
         if ref is None or ref.kind != "ReplicaSet":
             return
@@ -470,4 +472,4 @@ class DeploymentController(ControllerLoop):
         return [fresh for rs in rss if (fresh := self._fresh(rs)) is not None]
 
     def _event(self, d: Obj, reason: str, message: str, type: str = "Normal") -> None:
-        record_event(self.cluster, d, reason, message, type=type, component=COMPONENT)
+        self.recorder.record(d, reason, message, type=type, component=COMPONENT)

@@ -6,34 +6,31 @@ reference. A dependent created pointing at an owner that does not exist is colle
 `DELETE` with propagationPolicy=Orphan (the batch/v1 Job default) puts the `orphan` finalizer
 on the owner: the collector strips the owner reference from every dependent, then the
 finalizer. Foreground puts `foregroundDeletion`: dependents are deleted first and the owner
-goes once none with blockOwnerDeletion is left. `prepare_deletion` is the API server's half.
+goes once none with blockOwnerDeletion is left. The API server's half (validating the policy,
+adding the finalizer) is `apiserver/deletion.py`'s.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core import errors
-from ..core.ownership import OwnerIndex, object_key
+from ..core.clock import VirtualClock
+from ..core.ownership import FOREGROUND, ORPHAN, OwnerIndex, add_finalizer, object_key
 from ..core.podstate import is_terminating, without_owner
 from ..core.resources import ResourceType
-from .loop import ControllerLoop
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
+from ..core.store import Store
+from ..core.workqueue import ControllerLoop
 
 Obj = dict[str, Any]
-ORPHAN = "orphan"
-FOREGROUND = "foregroundDeletion"
-POLICIES = ("Foreground", "Background", "Orphan")
 
 
 class GarbageCollector(ControllerLoop):
     name = "garbage-collector"
 
-    def __init__(self, cluster: SimCluster, index: OwnerIndex) -> None:
-        super().__init__(cluster)
-        self.index = index
+    def __init__(self, store: Store, clock: VirtualClock, owners: OwnerIndex) -> None:
+        super().__init__(store, clock)
+        self.index = owners
         self._kinds: dict[tuple[str, str], ResourceType | None] = {}
         self.store.add_listener(self._on_change, replay=True)
 
@@ -123,7 +120,7 @@ class GarbageCollector(ControllerLoop):
     def _delete(self, rt: ResourceType, obj: Obj, *, foreground: bool) -> None:
         ns, name = obj["metadata"].get("namespace") or None, obj["metadata"]["name"]
         if foreground:
-            self.store.mutate(rt, ns, name, lambda o: _add_finalizer(o, FOREGROUND))
+            self.store.mutate(rt, ns, name, lambda o: add_finalizer(o, FOREGROUND))
         try:
             self.store.delete(rt, ns, name, uid=obj["metadata"]["uid"])
         except errors.ApiError as e:
@@ -159,46 +156,3 @@ class GarbageCollector(ControllerLoop):
             return False
         owner = self.store.find(rt, namespace if rt.namespaced else None, ref.get("name", ""))
         return owner is None or owner["metadata"]["uid"] != ref.get("uid")
-
-
-def _add_finalizer(obj: Obj, finalizer: str) -> None:
-    finalizers = obj["metadata"].setdefault("finalizers", [])
-    if finalizer not in finalizers:
-        finalizers.append(finalizer)
-
-
-def default_policy(rt: ResourceType) -> str:
-    """batch/v1 Jobs orphan their pods unless told otherwise (kept for compatibility)."""
-    return "Orphan" if rt.key == "batch/jobs" else "Background"
-
-
-def prepare_deletion(cluster: SimCluster, rt: ResourceType, obj: Obj,
-                     propagation_policy: str | None, orphan_dependents: bool | None,
-                     preconditions: dict[str, Any] | None = None) -> bool:
-    """The API server's part of a DELETE: validate propagationPolicy and, for Orphan or
-    Foreground on an object that has dependents, add the finalizer the collector acts on.
-    True when it did (the object's resourceVersion moved; preconditions were checked first)."""
-    if propagation_policy is not None and propagation_policy not in POLICIES:
-        raise errors.invalid("DeleteOptions", "", "propagationPolicy",
-                             f'Unsupported value: "{propagation_policy}": supported values: '
-                             '"Foreground", "Background", "Orphan"')
-    if propagation_policy is None and orphan_dependents is not None:
-        propagation_policy = "Orphan" if orphan_dependents else "Background"
-    policy = propagation_policy or default_policy(rt)
-    meta = obj["metadata"]
-    if policy == "Background" or meta.get("deletionTimestamp"):
-        return False
-    collector = next((c for c in getattr(cluster, "controllers", ())
-                      if isinstance(c, GarbageCollector)), None)
-    if collector is None or not collector.index.has_dependents(meta["uid"]):
-        return False
-    pre = preconditions or {}
-    if pre.get("uid") and pre["uid"] != meta["uid"]:
-        raise errors.ApiError(409, "Conflict", f"Precondition failed: UID in precondition: "
-                              f"{pre['uid']}, UID in object meta: {meta['uid']}")
-    if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
-        raise errors.conflict(rt.plural, meta["name"], rt.group)
-    finalizer = ORPHAN if policy == "Orphan" else FOREGROUND
-    cluster.store.mutate(rt, meta.get("namespace") or None, meta["name"],
-                         lambda o: _add_finalizer(o, finalizer))
-    return True

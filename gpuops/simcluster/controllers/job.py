@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core import errors
-from ..core.clock import parse_rfc3339, rfc3339
+from ..core.clock import VirtualClock, parse_rfc3339, rfc3339
 from ..core.ownership import OwnerIndex
 from ..core.podstate import (
     controller_ref,
@@ -29,13 +29,12 @@ from ..core.podstate import (
     phase,
     total_restarts,
 )
+from ..core.recorder import Recorder
 from ..core.resources import ResourceType
-from .loop import ControllerLoop
+from ..core.store import Store
+from ..core.workqueue import ControllerLoop
 from .podcontrol import PodControl, pod_from_template
 from .podranking import rank_for_deletion
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
 
 Obj = dict[str, Any]
 COMPONENT = "job-controller"
@@ -115,32 +114,34 @@ def is_finished(job: Obj) -> bool:
 class JobController(ControllerLoop):
     name = COMPONENT
 
-    def __init__(self, cluster: SimCluster, index: OwnerIndex) -> None:
-        super().__init__(cluster)
-        self.index = index
+    def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder,
+                 owners: OwnerIndex) -> None:
+        super().__init__(store, clock)
+        self.index = owners
         self.job_type = self.store.type("jobs", "batch")
         self.pod_type = self.store.type("pods")
-        self.pod_control = PodControl(cluster, COMPONENT)
+        self.pod_control = PodControl(store, recorder, COMPONENT)
         self._tracking: dict[str, JobTracking] = {}
         for job in self.store.list(self.job_type):
-            self._on_change(self.job_type, "ADDED", job, None)
-        self.store.add_listener(self._on_change)
+            self._on_job(self.job_type, "ADDED", job, None)
+        self.store.add_listener(self._on_job, self.job_type)
+        self.store.add_listener(self._on_pod, self.pod_type)
 
-    def _on_change(self, rtype: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
-        if rtype.key == "batch/jobs":
-            if event == "DELETED":
-                self._tracking.pop(obj["metadata"]["uid"], None)
-            else:
-                self.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]))
-        elif rtype.key == "pods":
-            ref = controller_ref(obj) or controller_ref(old)
-            if ref is None or ref.kind != "Job":
-                return
-            if event == "DELETED":
-                tracking = self._tracking.get(ref.uid)
-                if tracking is not None and obj["metadata"]["uid"] not in tracking.counted:
-                    tracking.vanished[obj["metadata"]["uid"]] = (phase(obj), pod_index(obj))
-            self.enqueue((obj["metadata"]["namespace"], ref.name))
+    def _on_job(self, _rt: ResourceType, event: str, obj: Obj, _old: Obj | None) -> None:
+        if event == "DELETED":
+            self._tracking.pop(obj["metadata"]["uid"], None)
+        else:
+            self.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+
+    def _on_pod(self, _rt: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
+        ref = controller_ref(obj) or controller_ref(old)
+        if ref is None or ref.kind != "Job":
+            return
+        if event == "DELETED":
+            tracking = self._tracking.get(ref.uid)
+            if tracking is not None and obj["metadata"]["uid"] not in tracking.counted:
+                tracking.vanished[obj["metadata"]["uid"]] = (phase(obj), pod_index(obj))
+        self.enqueue((obj["metadata"]["namespace"], ref.name))
 
     # --- sync ----------------------------------------------------------------------------------
 

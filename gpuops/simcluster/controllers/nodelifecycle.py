@@ -14,86 +14,56 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from ..core import errors
-from ..core.clock import parse_rfc3339, rfc3339
+from ..core.clock import VirtualClock, parse_rfc3339, rfc3339
+from ..core.faults import FaultRegistry
 from ..core.nodeindex import NodeIndex, PodKey
 from ..core.nodes import (
     TAINT_NOT_READY,
     TAINT_UNREACHABLE,
     add_taint,
     holds_resources,
-    mark_ready,
     mark_unknown,
     no_execute_grace,
     remove_taints,
 )
-from ..core.recorder import record_event
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
+from ..core.nodewrites import remove_node, report_ready
+from ..core.recorder import Recorder
+from ..core.store import Store
 
 Obj = dict[str, Any]
 
 
-def remove_node(cluster: SimCluster, index: NodeIndex, name: str) -> list[str]:
-    """Delete a node that is gone for good and its pods at once (pod GC's orphan cleanup:
-    no kubelet is left to finalize them). Returns the pods deleted as `ns/name`."""
-    store = cluster.store
-    deleted = []
-    for pod in index.pods_on(name):
-        ns, pod_name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        if store.find(index.pods_type, ns, pod_name) is None:
-            continue
-        if pod["metadata"].get("deletionTimestamp"):
-            store.finalize_deletion(index.pods_type, ns, pod_name)
-        else:
-            store.delete(index.pods_type, ns, pod_name, grace_period=0)
-        deleted.append(f"{ns}/{pod_name}")
-    node = store.find(index.nodes_type, None, name)
-    if node is not None:
-        record_event(cluster, node, "RemovingNode",
-                     f"Node {name} event: Removing Node {name} from Controller",
-                     component="node-controller")
-        store.delete(index.nodes_type, None, name)
-    return deleted
-
-
-def report_ready(cluster: SimCluster, index: NodeIndex, name: str, now: str, *taints: str
-                 ) -> Obj:
-    """The kubelet posts status again: Ready=True, the given not-ready `taints` removed, a
-    `NodeReady` event. Returns the node as it is now."""
-    store = cluster.store
-    store.mutate(index.nodes_type, None, name,
-                 lambda n: mark_ready(n.setdefault("status", {}), now), subresource="status")
-    node = store.mutate(index.nodes_type, None, name,
-                        lambda n: remove_taints(n.setdefault("spec", {}), *taints))
-    record_event(cluster, node, "NodeReady", f"Node {name} status is now: NodeReady",
-                 component="kubelet", host=name)
-    return node
+@dataclass(frozen=True)
+class NodeLifecycleConfig:
+    tick_seconds: float = 0.5  # virtual seconds between the taint manager's looks
 
 
 class NodeLifecycleController:
     name = "node-lifecycle"
 
-    def __init__(self, cluster: SimCluster, index: NodeIndex) -> None:
-        self.cluster = cluster
-        self.store = cluster.store
-        self.index = index
+    def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder, nodes: NodeIndex,
+                 config: NodeLifecycleConfig) -> None:
+        self.store = store
+        self.clock = clock
+        self.recorder = recorder
+        self.index = nodes
         # pod -> (first seen at, pod uid, eviction deadline); the heap holds deadlines to check.
         self._scheduled: dict[PodKey, tuple[float, str, float]] = {}
         self._heap: list[tuple[float, int, PodKey, str]] = []
         self._seq = itertools.count()
-        self.tick_seconds = float(cluster.config.extra.get("node_lifecycle_tick_seconds", 0.5))
+        self.tick_seconds = config.tick_seconds
 
     async def run(self) -> None:
         while True:
             self.step()
-            await self.cluster.clock.sleep(self.tick_seconds, min_real=0.05)
+            await self.clock.sleep(self.tick_seconds, min_real=0.05)
 
     def step(self) -> None:
-        now = self.cluster.clock.time()
+        now = self.clock.time()
         nodes, self.index.dirty_nodes = self.index.dirty_nodes, set()
         for node in nodes:
             # Timed from when the taint was added, however late this tick runs after it.
@@ -141,18 +111,17 @@ class NodeLifecycleController:
             if pod is None or pod["metadata"]["uid"] != uid or pod["metadata"].get(
                     "deletionTimestamp"):
                 continue
-            record_event(self.cluster, pod, "TaintManagerEviction",
-                         f"Marking for deletion Pod {key[0]}/{key[1]}",
-                         component="taint-eviction-controller")
+            self.recorder.record(pod, "TaintManagerEviction",
+                                 f"Marking for deletion Pod {key[0]}/{key[1]}",
+                                 component="taint-eviction-controller")
             # Since 1.26 the controller first marks the pod, as the scheduler does a victim.
             self.store.mutate(self.index.pods_type, *key, lambda p: _mark_disruption(
-                p, rfc3339(self.cluster.clock.now())), subresource="status")
+                p, rfc3339(self.clock.now())), subresource="status")
             self.store.delete(self.index.pods_type, *key)
 
     # --- faults --------------------------------------------------------------------------------
 
-    def register_faults(self) -> None:
-        faults = self.cluster.faults
+    def register_faults(self, faults: FaultRegistry) -> None:
         faults.register("node-notready", self.node_not_ready,
                         "target node stops posting status: Ready=Unknown, unreachable taints; "
                         "its pods are deleted after their tolerationSeconds (300 s by default)",
@@ -174,7 +143,7 @@ class NodeLifecycleController:
     def node_not_ready(self, target: str | None, _params: dict[str, Any]) -> dict[str, Any]:
         node = self._node(target)
         name = node["metadata"]["name"]
-        now = rfc3339(self.cluster.clock.now())
+        now = rfc3339(self.clock.now())
         self.store.mutate(self.index.nodes_type, None, name,
                           lambda n: mark_unknown(n.setdefault("status", {}), now),
                           subresource="status")
@@ -186,21 +155,22 @@ class NodeLifecycleController:
             add_taint(spec, TAINT_UNREACHABLE, "NoExecute", now)
 
         node = self.store.mutate(self.index.nodes_type, None, name, taint)
-        record_event(self.cluster, node, "NodeNotReady",
-                     f"Node {name} status is now: NodeNotReady", component="node-controller")
+        self.recorder.record(node, "NodeNotReady", f"Node {name} status is now: NodeNotReady",
+                             component="node-controller")
         pods = [p for p in self.index.pods_on(name) if holds_resources(p)]
         for pod in pods:
             self._set_pod_ready(pod, "False", now)
-            record_event(self.cluster, pod, "NodeNotReady", "Node is not ready",
-                         type="Warning", component="node-controller")
+            self.recorder.record(pod, "NodeNotReady", "Node is not ready",
+                                 type="Warning", component="node-controller")
         self.step()  # the taint manager sees the new taint at once
         return {"node": name, "pods": len(pods)}
 
     def node_ready(self, target: str | None, _params: dict[str, Any]) -> dict[str, Any]:
         node = self._node(target)
         name = node["metadata"]["name"]
-        now = rfc3339(self.cluster.clock.now())
-        report_ready(self.cluster, self.index, name, now, TAINT_UNREACHABLE, TAINT_NOT_READY)
+        now = rfc3339(self.clock.now())
+        report_ready(self.store, self.recorder, self.index, name, now, TAINT_UNREACHABLE,
+                     TAINT_NOT_READY)
         self.step()  # pending evictions of its pods are cancelled at once
         for pod in self.index.pods_on(name):
             statuses = (pod.get("status") or {}).get("containerStatuses") or []
@@ -211,7 +181,8 @@ class NodeLifecycleController:
 
     def node_shutdown(self, target: str | None, _params: dict[str, Any]) -> dict[str, Any]:
         name = self._node(target)["metadata"]["name"]
-        return {"node": name, "podsDeleted": remove_node(self.cluster, self.index, name)}
+        return {"node": name,
+                "podsDeleted": remove_node(self.store, self.recorder, self.index, name)}
 
     def _set_pod_ready(self, pod: Obj, value: str, now: str) -> None:
         meta = pod["metadata"]

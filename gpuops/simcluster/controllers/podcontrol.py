@@ -9,15 +9,13 @@ Each create and delete leaves the Event the real controller records.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core import errors
 from ..core.admission import admit_create, admit_delete
 from ..core.podstate import new_controller_ref
-from ..core.recorder import record_event
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
+from ..core.recorder import Recorder
+from ..core.store import Store
 
 Obj = dict[str, Any]
 
@@ -42,18 +40,19 @@ def pod_from_template(template: Obj, owner: Obj, *, generate_name: str | None = 
 class PodControl:
     """Pod create/delete for one controller, recording Events as `component`."""
 
-    def __init__(self, cluster: SimCluster, component: str) -> None:
-        self.cluster = cluster
+    def __init__(self, store: Store, recorder: Recorder, component: str) -> None:
+        self.store = store
+        self.recorder = recorder
         self.component = component
-        self.pods = cluster.store.type("pods")
+        self.pods = store.type("pods")
 
     def create(self, owner: Obj, pod: Obj, *, created_message: str | None = None,
                failed_message: str | None = None) -> Obj:
         """Create `pod` in the owner's namespace; ApiError (after a FailedCreate event) on refusal."""
         namespace = owner["metadata"]["namespace"]
         try:
-            body = admit_create(self.cluster, self.pods, pod, namespace)
-            created = self.cluster.store.create(self.pods, body, namespace)
+            body = admit_create(self.store, self.pods, pod, namespace)
+            created = self.store.create(self.pods, body, namespace)
         except errors.ApiError as e:
             message = (failed_message.format(error=e.message) if failed_message
                        else f"Error creating: {e.message}")
@@ -66,14 +65,14 @@ class PodControl:
 
     def delete(self, owner: Obj, pod: Obj, *, deleted_message: str | None = None) -> None:
         meta = pod["metadata"]
-        store = self.cluster.store
+        store = self.store
         current = store.find(self.pods, meta["namespace"], meta["name"])
         if current is None or current["metadata"]["uid"] != meta["uid"]:
             return
-        admit_delete(self.cluster, self.pods, current)
+        admit_delete(self.store, self.pods, current)
         store.delete(self.pods, meta["namespace"], meta["name"], uid=meta["uid"])
         self.event(owner, "SuccessfulDelete",
                    (deleted_message or "Deleted pod: {name}").format(name=meta["name"]))
 
     def event(self, owner: Obj, reason: str, message: str, *, type: str = "Normal") -> None:
-        record_event(self.cluster, owner, reason, message, type=type, component=self.component)
+        self.recorder.record(owner, reason, message, type=type, component=self.component)

@@ -10,10 +10,10 @@ and the `ReplicaFailure` condition when a create or delete was refused.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core import errors
-from ..core.clock import rfc3339
+from ..core.clock import VirtualClock, rfc3339
 from ..core.ownership import OwnerIndex
 from ..core.podstate import (
     available_at,
@@ -25,14 +25,13 @@ from ..core.podstate import (
     new_controller_ref,
     without_owner,
 )
+from ..core.recorder import Recorder
 from ..core.resources import ResourceType
 from ..core.selectors import Requirement, labels_match, selector_from_spec
-from .loop import ControllerLoop
+from ..core.store import Store
+from ..core.workqueue import ControllerLoop
 from .podcontrol import PodControl, pod_from_template
 from .podranking import rank_for_deletion
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
 
 Obj = dict[str, Any]
 BURST_REPLICAS = 500  # kube's --replicaset burst: most pods created or deleted in one sync
@@ -66,7 +65,7 @@ class SelectorsByNamespace:
                 if reqs and labels_match(reqs, labels)]
 
 
-def claim(store: Any, index: OwnerIndex, owner: Obj, rt: ResourceType,
+def claim(store: Store, index: OwnerIndex, owner: Obj, rt: ResourceType,
           selector: list[Requirement], *, adopt: bool = True) -> list[Obj]:
     """`ControllerRefManager.Claim`: the owner's objects of type `rt` after adopting matching
     orphans (when `adopt`: an orphan may match) and releasing owned objects whose labels
@@ -96,36 +95,38 @@ def claim(store: Any, index: OwnerIndex, owner: Obj, rt: ResourceType,
 class ReplicaSetController(ControllerLoop):
     name = "replicaset-controller"
 
-    def __init__(self, cluster: SimCluster, index: OwnerIndex) -> None:
-        super().__init__(cluster)
-        self.index = index
+    def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder,
+                 owners: OwnerIndex) -> None:
+        super().__init__(store, clock)
+        self.index = owners
         self.rs_type = self.store.type("replicasets", "apps")
         self.pod_type = self.store.type("pods")
-        self.pod_control = PodControl(cluster, "replicaset-controller")
+        self.pod_control = PodControl(store, recorder, "replicaset-controller")
         self._selectors = SelectorsByNamespace()
         self._may_adopt: set[tuple[str, str]] = set()  # an orphan pod may match these
         for rs in self.store.list(self.rs_type):
-            self._on_change(self.rs_type, "ADDED", rs, None)
-        self.store.add_listener(self._on_change)
+            self._on_replicaset(self.rs_type, "ADDED", rs, None)
+        self.store.add_listener(self._on_replicaset, self.rs_type)
+        self.store.add_listener(self._on_pod, self.pod_type)
 
-    def _on_change(self, rtype: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
-        if rtype.key == "apps/replicasets":
-            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-            if self._selectors.update(obj, event == "DELETED"):
-                self._may_adopt.add(key)
-            if event != "DELETED":
-                self.enqueue(key)
-        elif rtype.key == "pods":
-            namespace = obj["metadata"]["namespace"]
-            ref, old_ref = controller_ref(obj), controller_ref(old)
-            for r in (ref, old_ref):
-                if r is not None and r.kind == "ReplicaSet":
-                    self.enqueue((namespace, r.name))
-            if ref is None and event != "DELETED" and (
-                    old is None or old_ref is not None or labels_of(old) != labels_of(obj)):
-                for name in self._selectors.matching(namespace, labels_of(obj)):
-                    self._may_adopt.add((namespace, name))
-                    self.enqueue((namespace, name))
+    def _on_replicaset(self, _rt: ResourceType, event: str, obj: Obj, _old: Obj | None) -> None:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if self._selectors.update(obj, event == "DELETED"):
+            self._may_adopt.add(key)
+        if event != "DELETED":
+            self.enqueue(key)
+
+    def _on_pod(self, _rt: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
+        namespace = obj["metadata"]["namespace"]
+        ref, old_ref = controller_ref(obj), controller_ref(old)
+        for r in (ref, old_ref):
+            if r is not None and r.kind == "ReplicaSet":
+                self.enqueue((namespace, r.name))
+        if ref is None and event != "DELETED" and (
+                old is None or old_ref is not None or labels_of(old) != labels_of(obj)):
+            for name in self._selectors.matching(namespace, labels_of(obj)):
+                self._may_adopt.add((namespace, name))
+                self.enqueue((namespace, name))
 
     # --- sync ----------------------------------------------------------------------------------
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core import errors
+from ..core.clock import VirtualClock
 from ..core.ownership import OwnerIndex
 from ..core.podstate import (
     available_at,
@@ -26,14 +27,13 @@ from ..core.podstate import (
     labels_of,
     phase,
 )
+from ..core.recorder import Recorder
 from ..core.resources import ResourceType
-from .loop import ControllerLoop
+from ..core.store import Store
+from ..core.workqueue import ControllerLoop
 from .podcontrol import PodControl, pod_from_template
 from .replicaset import compact_status
 from .rollout import pod_template_hash
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
 
 Obj = dict[str, Any]
 REVISION_LABEL = "controller-revision-hash"
@@ -54,27 +54,29 @@ def update_revision_name(sts: Obj) -> str:
 class StatefulSetController(ControllerLoop):
     name = "statefulset-controller"
 
-    def __init__(self, cluster: SimCluster, index: OwnerIndex) -> None:
-        super().__init__(cluster)
-        self.index = index
+    def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder,
+                 owners: OwnerIndex) -> None:
+        super().__init__(store, clock)
+        self.index = owners
         self.sts_type = self.store.type("statefulsets", "apps")
         self.pod_type = self.store.type("pods")
-        self.pod_control = PodControl(cluster, "statefulset-controller")
+        self.pod_control = PodControl(store, recorder, "statefulset-controller")
         self._templates: dict[str, dict[str, Obj]] = {}  # set uid -> revision -> template
         for sts in self.store.list(self.sts_type):
-            self._on_change(self.sts_type, "ADDED", sts, None)
-        self.store.add_listener(self._on_change)
+            self._on_statefulset(self.sts_type, "ADDED", sts, None)
+        self.store.add_listener(self._on_statefulset, self.sts_type)
+        self.store.add_listener(self._on_pod, self.pod_type)
 
-    def _on_change(self, rtype: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
-        if rtype.key == "apps/statefulsets":
-            if event == "DELETED":
-                self._templates.pop(obj["metadata"]["uid"], None)
-            else:
-                self.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]))
-        elif rtype.key == "pods":
-            for ref in (controller_ref(obj), controller_ref(old)):
-                if ref is not None and ref.kind == "StatefulSet":
-                    self.enqueue((obj["metadata"]["namespace"], ref.name))
+    def _on_statefulset(self, _rt: ResourceType, event: str, obj: Obj, _old: Obj | None) -> None:
+        if event == "DELETED":
+            self._templates.pop(obj["metadata"]["uid"], None)
+        else:
+            self.enqueue((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+
+    def _on_pod(self, _rt: ResourceType, _event: str, obj: Obj, old: Obj | None) -> None:
+        for ref in (controller_ref(obj), controller_ref(old)):
+            if ref is not None and ref.kind == "StatefulSet":
+                self.enqueue((obj["metadata"]["namespace"], ref.name))
 
     # --- sync ----------------------------------------------------------------------------------
 

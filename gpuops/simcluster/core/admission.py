@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import errors
 from .resources import ResourceType
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
+from .store import Store
 
 _DEFAULT_TOLERATIONS = [
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
@@ -19,14 +17,14 @@ _DEFAULT_TOLERATIONS = [
 ]
 
 
-def admit_create(cluster: SimCluster, rt: ResourceType, obj: dict[str, Any],
+def admit_create(store: Store, rt: ResourceType, obj: dict[str, Any],
                  namespace: str | None) -> dict[str, Any]:
     obj = copy.deepcopy(obj)
     name = (obj.get("metadata") or {}).get("name") or (obj.get("metadata") or {}).get(
         "generateName", "")
     if rt.key == "pods":
         _validate_pod_spec(obj.get("spec"), "spec", rt.kind, name)
-        _default_pod(cluster, obj)
+        _default_pod(store, obj)
     elif rt.key == "namespaces":
         obj["status"] = {"phase": "Active"}
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
@@ -39,7 +37,7 @@ def admit_create(cluster: SimCluster, rt: ResourceType, obj: dict[str, Any],
             raise errors.invalid(rt.kind, name, "value", "Required value")
     elif rt.key == "apiextensions.k8s.io/customresourcedefinitions":
         try:
-            cluster.store.registry.register_crd(obj)
+            store.registry.register_crd(obj)
         except ValueError as e:
             raise errors.invalid(rt.kind, name, "spec", str(e)) from e
         obj["status"] = {"conditions": [{"type": "Established", "status": "True"},
@@ -50,7 +48,7 @@ def admit_create(cluster: SimCluster, rt: ResourceType, obj: dict[str, Any],
     return obj
 
 
-def admit_update(cluster: SimCluster, rt: ResourceType, old: dict[str, Any],
+def admit_update(store: Store, rt: ResourceType, old: dict[str, Any],
                  new: dict[str, Any]) -> dict[str, Any]:
     if rt.key == "pods":
         _check_pod_update(old, new)
@@ -63,15 +61,14 @@ def admit_update(cluster: SimCluster, rt: ResourceType, old: dict[str, Any],
     return new
 
 
-def admit_delete(cluster: SimCluster, rt: ResourceType, obj: dict[str, Any]) -> None:
+def admit_delete(store: Store, rt: ResourceType, obj: dict[str, Any]) -> None:
     if rt.key == "namespaces" and obj["metadata"]["name"] in ("default", "kube-system"):
         raise errors.ApiError(403, "Forbidden", f'namespaces "{obj["metadata"]["name"]}" is '
                               "forbidden: this namespace may not be deleted")
 
 
-def delete_namespace_contents(cluster: SimCluster, namespace: str) -> None:
+def delete_namespace_contents(store: Store, namespace: str) -> None:
     """The namespace controller's job, done at once: delete everything inside, then the ns."""
-    store = cluster.store
     for rt in store.registry.all():
         if not rt.namespaced:
             continue
@@ -105,7 +102,7 @@ def _validate_pod_spec(spec: Any, path: str, kind: str, name: str) -> None:
                 raise errors.invalid(kind, name, f"{where}.image", "Required value")
 
 
-def _default_pod(cluster: SimCluster, pod: dict[str, Any]) -> None:
+def _default_pod(store: Store, pod: dict[str, Any]) -> None:
     spec = pod["spec"]
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("schedulerName", "default-scheduler")
@@ -133,13 +130,12 @@ def _default_pod(cluster: SimCluster, pod: dict[str, Any]) -> None:
                 requests.setdefault(res, value)  # requests default to limits
             if not requests:
                 resources.pop("requests")
-    _set_priority(cluster, pod)
+    _set_priority(store, pod)
     pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
 
 
-def _set_priority(cluster: SimCluster, pod: dict[str, Any]) -> None:
+def _set_priority(store: Store, pod: dict[str, Any]) -> None:
     spec = pod["spec"]
-    store = cluster.store
     pc_type = store.type("priorityclasses", "scheduling.k8s.io")
     name = spec.get("priorityClassName")
     if name:

@@ -1,8 +1,8 @@
-"""Fault injection: faults of the API itself, and a registry for the simulated components' faults.
+"""Fault injection: the registry every simulated component's faults are injected through.
 
-API faults act on requests (latency, 429 with Retry-After, 500s) and on watch streams
-(dropped connections, forced 410). Workload faults (crash loop, OOM, Xid...) are registered
-by the components that simulate them, under a unique kind, each with a typed model of its
+The API server's faults (latency, 429, 500s, dropped watches) and the workload faults (crash
+loop, OOM, Xid...) are registered by the components that simulate them, under a unique kind,
+each with a typed model of its
 parameters (`FaultParams`): a request is validated before any handler runs, so a value the
 simulated components cannot use (an exit code no process can have, a delay that is not a
 number, `once=maybe`, a reason that does not exist, a misspelt name) is a 400 naming the
@@ -12,10 +12,8 @@ field and what it may be, never a broken cluster. The same models describe every
 
 from __future__ import annotations
 
-import asyncio
-import fnmatch
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -102,41 +100,6 @@ def params_error(kind: str, model: type[FaultParams], error: ValidationError) ->
             problems.append(f"params.{name}: {e['msg']}")
     return errors.bad_request(f"fault {kind!r}: " + "; ".join(problems)
                               + " (see `gpuops sim fault --list`)")
-
-
-@dataclass
-class ErrorRule:
-    code: int
-    remaining: int
-    retry_after: int = 1
-    path: str = "*"  # a glob on the request path
-    method: str = "*"
-
-    def matches(self, method: str, path: str) -> bool:
-        return (self.method in ("*", method) and fnmatch.fnmatch(path, self.path))
-
-
-@dataclass
-class ApiFaults:
-    latency_s: float = 0.0
-    rules: list[ErrorRule] = field(default_factory=list)
-
-    async def before_request(self, method: str, path: str) -> None:
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
-        for rule in self.rules:
-            if rule.remaining > 0 and rule.matches(method, path):
-                rule.remaining -= 1
-                if rule.code == 429:
-                    raise errors.too_many_requests("simcluster: injected throttling, please "
-                                                   "try again later", rule.retry_after)
-                raise errors.ApiError(rule.code, "InternalError",
-                                      f"simcluster: injected server error {rule.code}")
-        self.rules = [r for r in self.rules if r.remaining > 0]
-
-    def clear(self) -> None:
-        self.latency_s = 0.0
-        self.rules.clear()
 
 
 @dataclass(frozen=True)

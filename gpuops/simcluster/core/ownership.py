@@ -4,6 +4,9 @@ kube-controller-manager's controllers find "the pods of this ReplicaSet" through
 indexes rather than by listing the namespace; simcluster does the same with one listener that
 maps owner uid -> dependents and keeps the orphans (no controller) of adoptable kinds. A sync
 then costs what its own objects cost, not what the cluster holds (100,000 pods).
+
+The finalizers of Orphan and Foreground deletion are here too: the API server's DELETE puts
+them on an owner that has dependents, the garbage collector acts on them.
 """
 
 from __future__ import annotations
@@ -19,6 +22,16 @@ Obj = dict[str, Any]
 Key = tuple[str, str, str]  # (resource key, namespace, name)
 
 ADOPTABLE = frozenset({"pods", "apps/replicasets"})
+ORPHAN = "orphan"
+FOREGROUND = "foregroundDeletion"
+PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
+
+
+def add_finalizer(obj: Obj, finalizer: str) -> None:
+    """Add `finalizer` to a mutable copy, once."""
+    finalizers = obj["metadata"].setdefault("finalizers", [])
+    if finalizer not in finalizers:
+        finalizers.append(finalizer)
 
 
 def object_key(rtype: ResourceType, obj: Obj) -> Key:

@@ -18,7 +18,8 @@ from gpuops.common.labels import parse_label_selector as _parse_labels
 from .errors import bad_request
 
 __all__ = ["FieldRequirement", "Requirement", "fields_match", "labels_match",
-           "parse_field_selector", "parse_label_selector", "selector_from_spec"]
+           "parse_field_selector", "parse_label_selector", "selecting_name",
+           "selector_from_spec"]
 
 
 def parse_label_selector(text: str | None) -> list[Requirement]:
@@ -109,6 +110,11 @@ def parse_field_selector(text: str | None, kind: str) -> list[FieldRequirement]:
             raise bad_request(f'field label not supported: {name}')
         reqs.append(FieldRequirement(name, "!=" if op == "!=" else "=", value, fields[name]))
     return reqs
+
+
+def selecting_name(name: str) -> FieldRequirement:
+    """`metadata.name=<name>`: what a watch of one object by its URL selects."""
+    return FieldRequirement("metadata.name", "=", name, _COMMON_FIELDS["metadata.name"])
 
 
 def fields_match(reqs: list[FieldRequirement], obj: dict) -> bool:

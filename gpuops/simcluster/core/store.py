@@ -98,7 +98,9 @@ class Store:
         self._history: deque[Change] = deque(maxlen=history_window)
         self._compacted_rv = 1  # resourceVersions at or below this are no longer watchable
         self._watchers: dict[str, set[Watcher]] = {}
-        self._listeners: list[Listener] = []
+        # (the resource keys it follows, or None for every type; the listener), in order
+        self._listeners: list[tuple[frozenset[str] | None, Listener]] = []
+        self._listeners_by_key: dict[str, list[Listener]] = {}  # derived from the above
         self._keysets: dict[str, int] = {}  # per type: bumped when an object is added or removed
         self.watch_queue_size = watch_queue_size
 
@@ -290,19 +292,29 @@ class Store:
             event = watcher.translate(change)
             if event is not None:
                 watcher.offer(event)
-        for listener in self._listeners:
+        for listener in self._listeners_of(change.rtype.key):
             listener(change.rtype, change.type, change.obj, change.old)
 
     # --- watching ------------------------------------------------------------------------------
 
-    def add_listener(self, listener: Listener, *, replay: bool = False) -> None:
-        """In-process observers (the simulated controllers) called on every change; with
-        `replay`, first called with an ADDED for every object already stored."""
+    def add_listener(self, listener: Listener, *types: ResourceType,
+                     replay: bool = False) -> None:
+        """An in-process observer (a simulated component's informer) called on every change
+        of the given `types` (none given: of every type), in the order listeners were added;
+        with `replay`, first called with an ADDED for every object of them already stored."""
         if replay:
-            for rt in self.registry.all():
+            for rt in types or self.registry.all():
                 for obj in self.list(rt):
                     listener(rt, "ADDED", obj, None)
-        self._listeners.append(listener)
+        self._listeners.append((frozenset(rt.key for rt in types) or None, listener))
+        self._listeners_by_key.clear()
+
+    def _listeners_of(self, key: str) -> list[Listener]:
+        found = self._listeners_by_key.get(key)
+        if found is None:
+            found = self._listeners_by_key[key] = [
+                listener for keys, listener in self._listeners if keys is None or key in keys]
+        return found
 
     def watch(self, rt: ResourceType, namespace: str | None, resource_version: str | None,
               labels: list[Requirement], fields: list[FieldRequirement]) -> Watcher:

@@ -19,10 +19,6 @@ from .spec import ContainerSpec
 _GPU_CAPACITY_GIB = (("H200", 139.81), ("H100", 79.10), ("A100-SXM4-40GB", 39.39),
                      ("A100-PCIE-40GB", 39.39), ("A100", 79.15), ("L40S", 44.39),
                      ("L4", 22.03), ("A10G", 21.99), ("T4", 14.58))
-# PCI bus ids of the eight GPUs of an HGX board, in nvidia-smi order.
-PCI_BUS_IDS = ("0000:18:00.0", "0000:2A:00.0", "0000:3A:00.0", "0000:5D:00.0",
-               "0000:9A:00.0", "0000:AB:00.0", "0000:BA:00.0", "0000:DB:00.0")
-
 XID_DESCRIPTIONS = {
     13: "Graphics Engine Exception", 31: "GPU memory page fault",
     43: "GPU stopped processing", 45: "Preemptive cleanup, due to previous errors",

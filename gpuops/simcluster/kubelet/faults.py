@@ -33,20 +33,19 @@ a missing volume source keeps the pod in ContainerCreating with FailedMount even
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
 from ..core import errors
-from ..core.faults import FaultParams
+from ..core.clock import VirtualClock
+from ..core.faults import FaultParams, FaultRegistry
+from ..core.gpus import GPU_RESOURCE
 from ..core.selectors import Requirement, labels_match
+from ..core.store import Store
 from .containerlogs import APPLICATION_XIDS
 from .faulttargets import select_pods
-from .runtime import Fault, PodKey
-from .spec import GPU_RESOURCE
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
+from .runtime import Fault, PodKey, normalized_image
 
 CONTAINER_KINDS = ("crashloop", "oom", "cuda-oom", "nccl-timeout", "gpu-xid", "liveness",
                    "config-error", "image-pull")
@@ -184,8 +183,6 @@ class Rule:
 
 
 def pull_error_text(image: str, reason: str) -> str:
-    from .runtime import normalized_image
-
     repo = normalized_image(image)
     tail = image.split("@", 1)[0].rsplit("/", 1)[-1]
     tag = tail.split(":", 1)[1] if ":" in tail else "latest"
@@ -292,8 +289,8 @@ def _fault(kind: str, params: dict[str, Any], now: float) -> Fault:
     return Fault(kind, dict(params), now, bool(once))
 
 
-def register_kubelet_faults(cluster: SimCluster, book: FaultBook, hooks: KubeletHooks) -> None:
-    store, clock = cluster.store, cluster.clock
+def register_kubelet_faults(faults: FaultRegistry, store: Store, clock: VirtualClock,
+                            book: FaultBook, hooks: KubeletHooks) -> None:
 
     def resolve(target: str | None, params: dict[str, Any]) -> tuple[list[dict[str, Any]],
                                                                        Rule | None]:
@@ -405,10 +402,9 @@ def register_kubelet_faults(cluster: SimCluster, book: FaultBook, hooks: Kubelet
     for kind, (text, model) in kinds.items():
         target = pods + (" or a node name" if kind == "gpu-xid" else "") + (
             "; none with params.image" if kind == "image-pull" else "")
-        cluster.faults.register(kind, container_fault(kind), text, params=model,
-                                target=target)
-    cluster.faults.register("evict", evict, "the kubelet evicts the pod under node pressure: "
-                            "Failed, reason Evicted", params=EvictParams, target=pods)
-    cluster.faults.register("recover", recover, "clear kubelet faults: the target's (all "
-                            "kinds, or params.kind), or with no target every one",
-                            params=RecoverParams, target=pods + "; none: every fault")
+        faults.register(kind, container_fault(kind), text, params=model, target=target)
+    faults.register("evict", evict, "the kubelet evicts the pod under node pressure: "
+                    "Failed, reason Evicted", params=EvictParams, target=pods)
+    faults.register("recover", recover, "clear kubelet faults: the target's (all "
+                    "kinds, or params.kind), or with no target every one",
+                    params=RecoverParams, target=pods + "; none: every fault")

@@ -1,6 +1,6 @@
 """The kubelet of every node: runs the pods bound to it, over virtual time.
 
-The lifecycle itself is pure (`podlifecycle.py` and friends); this module is its plumbing:
+The lifecycle itself is pure (`lifecycle.py` and friends); this module is its plumbing:
 a store listener marks pods whose binding, spec or deletion changed (and pods waiting for a
 ConfigMap or Secret that appeared, or for their node), a timer per pod wakes it at its next
 deadline, and each sync applies the due transitions, writes the events and log lines they
@@ -10,20 +10,25 @@ pods that have something due, never a scan of all of them.
 Pods on a node that is NotReady are left as they are (no kubelet is posting their status)
 until it is Ready again; pods bound to a node that does not exist are force-deleted after
 40 s, as pod GC does, and so are the pods of a deleted node. Annotations are described in
-`kubeletspec.py`, fault kinds in `kubeletfaults.py`; `cluster.config.extra["kubelet"]` may
-set `pull_seconds`, `image_pull_seconds` ({glob: seconds}) and the `Tunables` fields.
+`spec.py`, fault kinds in `faults.py`; `KubeletConfig` (a scenario's `sim.kubelet`) sets
+image pull times and the `Tunables`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..controllers.loop import ControllerLoop
 from ..core import errors
-from ..core.recorder import record_event
+from ..core.clock import VirtualClock
+from ..core.faults import FaultRegistry
+from ..core.gpus import GpuAllocations
+from ..core.logs import LogStore
+from ..core.recorder import Recorder
 from ..core.resources import ResourceType
+from ..core.store import Store
+from ..core.workqueue import ControllerLoop
 from .containerlogs import LogContext
 from .env import config_values, container_environment
 from .faults import FaultBook, register_kubelet_faults
@@ -36,17 +41,20 @@ from .lifecycle import (
     replan,
     update_spec,
 )
-from .node import NodeInfo, assigned_gpu, record_xid
+from .node import NodeInfo, record_xid
 from .runtime import Fault, Outbox, PodKey, PodRuntime, Tunables, new_pod_runtime
-from .spec import ConfigRef, ContainerSpec, pod_spec_view
+from .spec import ConfigRef, ContainerSpec, PullTimes, pod_spec_view
 from .status import render_status
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
 
 Obj = dict[str, Any]
 ORPHAN_GRACE_S = 40.0  # pod GC's quarantine for pods bound to a node that does not exist
 TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclasses.dataclass(frozen=True)
+class KubeletConfig:
+    pulls: PullTimes = dataclasses.field(default_factory=PullTimes)
+    tunables: Tunables = dataclasses.field(default_factory=Tunables)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,16 +117,18 @@ class _World:
 class Kubelet(ControllerLoop):
     name = "kubelet"
 
-    def __init__(self, cluster: SimCluster) -> None:
-        super().__init__(cluster)
-        store = cluster.store
+    def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder, logs: LogStore,
+                 faults: FaultRegistry, gpus: GpuAllocations, config: KubeletConfig) -> None:
+        super().__init__(store, clock)
+        self.recorder = recorder
+        self.logs = logs
+        self.gpus = gpus
         self.pods_rt = store.type("pods")
         self.nodes_rt = store.type("nodes")
         self.configmaps = store.type("configmaps")
         self.secrets = store.type("secrets")
-        self.settings: dict[str, Any] = dict(cluster.config.extra.get("kubelet") or {})
-        fields = {f.name for f in dataclasses.fields(Tunables)}
-        self.tunables = Tunables(**{k: v for k, v in self.settings.items() if k in fields})
+        self.pulls = config.pulls
+        self.tunables = config.tunables
         self.pods: dict[PodKey, PodRuntime] = {}
         self.by_node: dict[str, set[PodKey]] = {}
         self.nodes: dict[str, NodeInfo] = {}
@@ -139,30 +149,33 @@ class Kubelet(ControllerLoop):
         for pod in store.list(self.pods_rt):
             if (pod.get("spec") or {}).get("nodeName"):
                 self.enqueue(_key(pod))
-        store.add_listener(self._on_change)
-        cluster.logs.before_read = self._flush_logs
-        register_kubelet_faults(cluster, self.book, self)
+        store.add_listener(self._on_pod, self.pods_rt)
+        store.add_listener(self._on_node, self.nodes_rt)
+        store.add_listener(self._on_config, self.configmaps, self.secrets)
+        logs.before_read = self._flush_logs
+        register_kubelet_faults(faults, store, clock, self.book, self)
 
     # --- listening -----------------------------------------------------------------------------
 
-    def _on_change(self, rt: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
-        kind = rt.key
-        if kind == "pods":
-            if not self._writing:
-                self._on_pod(event, obj, old)
-        elif kind == "nodes":
-            if event == "DELETED":
-                self.enqueue(NodeKey(obj["metadata"]["name"]))
-            else:
-                self._node_seen(obj)
-        elif kind in ("configmaps", "secrets") and event != "DELETED":
-            meta = obj["metadata"]
-            waiting = self.blocked_on.pop(
-                (meta.get("namespace", ""), kind[:-1], meta["name"]), None)
-            for key in waiting or ():
-                self._touch(key)
+    def _on_node(self, _rt: ResourceType, event: str, obj: Obj, _old: Obj | None) -> None:
+        if event == "DELETED":
+            self.enqueue(NodeKey(obj["metadata"]["name"]))
+        else:
+            self._node_seen(obj)
 
-    def _on_pod(self, event: str, obj: Obj, old: Obj | None) -> None:
+    def _on_config(self, rt: ResourceType, event: str, obj: Obj, _old: Obj | None) -> None:
+        """A ConfigMap or Secret appeared or changed: pods waiting for it try again."""
+        if event == "DELETED":
+            return
+        meta = obj["metadata"]
+        waiting = self.blocked_on.pop(
+            (meta.get("namespace", ""), rt.plural[:-1], meta["name"]), None)  # "configmap"
+        for key in waiting or ():
+            self._touch(key)
+
+    def _on_pod(self, _rt: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
+        if self._writing:
+            return  # the kubelet's own status write
         key = _key(obj)
         if not (obj.get("spec") or {}).get("nodeName"):
             return
@@ -228,12 +241,12 @@ class Kubelet(ControllerLoop):
                 self._forget(pod)
             self.orphans.pop(key, None)
             self.touched_at.pop(key, None)
-            self.cluster.logs.forget_pod(*key)
+            self.logs.forget_pod(*key)
             return
         meta, node = obj["metadata"], (obj.get("spec") or {}).get("nodeName")
         if pod is not None and (pod.uid != meta["uid"] or pod.node != node):
             self._forget(pod)
-            self.cluster.logs.forget_pod(*key)
+            self.logs.forget_pod(*key)
             pod = None
         if not node:
             return
@@ -254,7 +267,7 @@ class Kubelet(ControllerLoop):
             del self.touched_at[key]
             at = min(max(touched, pod.admitted_at), now)
             self._catch_up(pod, at, out)
-            view = pod_spec_view(obj, self.settings)
+            view = pod_spec_view(obj, self.pulls)
             if view != pod.spec:
                 update_spec(pod, view, at, self.world, out)
             replan(pod, at, self.world)
@@ -279,7 +292,7 @@ class Kubelet(ControllerLoop):
                 self.store.finalize_deletion(self.pods_rt, *key)
             self.by_node[node].discard(key)
             return None
-        view = pod_spec_view(obj, self.settings)
+        view = pod_spec_view(obj, self.pulls)
         pod_ip = info.host_ip if view.host_network else info.allocate_ip()
         ctx = LogContext(pod=meta["name"], namespace=meta["namespace"],
                          gpu_product=info.gpu_product, rank=_rank(obj))
@@ -329,7 +342,7 @@ class Kubelet(ControllerLoop):
     # --- effects -------------------------------------------------------------------------------
 
     def _apply(self, pod: PodRuntime, out: Outbox) -> None:
-        logs = self.cluster.logs
+        logs = self.logs
         for op, container, ts, line in out.logs:
             if op == "rotate":
                 logs.rotate(pod.namespace, pod.name, container)
@@ -340,8 +353,8 @@ class Kubelet(ControllerLoop):
                         "metadata": {"name": pod.name, "namespace": pod.namespace,
                                      "uid": pod.uid}}
             for _subject, type_, reason, message in out.events:
-                record_event(self.cluster, involved, reason, message, type=type_,
-                             component="kubelet", host=pod.node)
+                self.recorder.record(involved, reason, message, type=type_,
+                                     component="kubelet", host=pod.node)
         for xid in out.xids:
             self.record_xid(pod.node, int(xid["xid"]), int(xid["gpu"]), xid["time"],
                             f"{pod.namespace}/{pod.name}")
@@ -366,7 +379,7 @@ class Kubelet(ControllerLoop):
             obj = self.store.find(self.pods_rt, pod.namespace, pod.name)
             if obj is not None and not obj["metadata"].get("finalizers"):
                 self.store.finalize_deletion(self.pods_rt, pod.namespace, pod.name)
-            self.cluster.logs.forget_pod(pod.namespace, pod.name)
+            self.logs.forget_pod(pod.namespace, pod.name)
         self._forget(pod)
 
     def _forget(self, pod: PodRuntime) -> None:
@@ -384,7 +397,7 @@ class Kubelet(ControllerLoop):
         self.orphans.pop(key, None)
         if self.store.find(self.pods_rt, *key) is not None:
             self.store.finalize_deletion(self.pods_rt, *key)
-        self.cluster.logs.forget_pod(*key)
+        self.logs.forget_pod(*key)
 
     # --- hooks for the fault handlers ----------------------------------------------------------
 
@@ -409,9 +422,9 @@ class Kubelet(ControllerLoop):
                  disruption=True)
         node = self.store.find(self.nodes_rt, None, pod.node)
         if node is not None:
-            record_event(self.cluster, node, "EvictionThresholdMet",
-                         f"Attempting to reclaim {resource}", type="Warning",
-                         component="kubelet", host=pod.node)
+            self.recorder.record(node, "EvictionThresholdMet",
+                                 f"Attempting to reclaim {resource}", type="Warning",
+                                 component="kubelet", host=pod.node)
         self._apply(pod, out)
         self._publish(pod)
         self._retire(pod)
@@ -438,10 +451,10 @@ class Kubelet(ControllerLoop):
     def assigned_gpu(self, key: PodKey) -> int | None:
         pod = self.pods.get(key)
         node = self.store.find(self.nodes_rt, None, pod.node) if pod is not None else None
-        return None if pod is None or node is None else assigned_gpu(self.cluster, node, pod.uid)
+        return None if pod is None or node is None else self.gpus.first_held(node, pod.uid)
 
     def record_xid(self, node: str, xid: int, gpu: int, ts: float, pod: str | None) -> None:
-        record_xid(self.cluster, node, xid, gpu, ts, pod)
+        record_xid(self.store, self.recorder, node, xid, gpu, ts, pod)
 
 
 def _key(obj: Obj) -> PodKey:
@@ -467,7 +480,3 @@ def _eviction_message(pod: PodRuntime, resource: str) -> str:
     return (f"The node was low on resource: {resource}. Threshold quantity: 100Mi, available: "
             f"51200Ki. Container {name} was using {using}Ki, request is 0, has larger "
             f"consumption of {resource}. ")
-
-
-def build(cluster: SimCluster) -> list[Kubelet]:
-    return [Kubelet(cluster)]

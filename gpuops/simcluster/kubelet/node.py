@@ -12,19 +12,16 @@ from __future__ import annotations
 import ipaddress
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.clock import rfc3339
-from ..core.recorder import record_event
-from .containerlogs import PCI_BUS_IDS, XID_DESCRIPTIONS
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
+from ..core.gpus import PCI_BUS_IDS, PRODUCT_LABEL, XID_ANNOTATION
+from ..core.recorder import Recorder
+from ..core.store import Store
+from .containerlogs import XID_DESCRIPTIONS
 
 Obj = dict[str, Any]
-XID_ANNOTATION = "sim.gpuops.io/xid-events"
 MAX_XID_RECORDS = 100
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 def node_alive(node: Obj) -> bool:
@@ -56,12 +53,12 @@ class NodeInfo:
         host_ip = internal_ip(node) or \
             f"172.{16 + index // 62500}.{(index // 250) % 250}.{index % 250 + 2}"
         return cls(index, host_ip, node_alive(node),
-                   (node["metadata"].get("labels") or {}).get(GPU_PRODUCT_LABEL, ""),
+                   (node["metadata"].get("labels") or {}).get(PRODUCT_LABEL, ""),
                    (node.get("spec") or {}).get("podCIDR"))
 
     def update(self, node: Obj) -> bool:
         """Follow the node object; True when it has just become alive again."""
-        self.gpu_product = (node["metadata"].get("labels") or {}).get(GPU_PRODUCT_LABEL, "")
+        self.gpu_product = (node["metadata"].get("labels") or {}).get(PRODUCT_LABEL, "")
         self.host_ip = internal_ip(node) or self.host_ip
         alive = node_alive(node)
         revived = alive and not self.alive
@@ -81,18 +78,17 @@ class NodeInfo:
         return f"10.{1 + (i // 256) % 250}.{i % 256}.{host}"
 
 
-def record_xid(cluster: SimCluster, node: str, xid: int, gpu: int, ts: float,
+def record_xid(store: Store, recorder: Recorder, node: str, xid: int, gpu: int, ts: float,
                pod: str | None) -> None:
     """A GPU Xid on `node`: the kernel monitor's Warning event and the node's Xid history."""
-    store = cluster.store
     nodes = store.type("nodes")
     obj = store.find(nodes, None, node)
     if obj is None:
         return
     bus = PCI_BUS_IDS[gpu % len(PCI_BUS_IDS)]
     description = XID_DESCRIPTIONS.get(xid, "Unknown Xid error")
-    record_event(cluster, obj, "GPUXid", f"Xid {xid}: {description} (GPU {gpu}, PCI {bus})",
-                 type="Warning", component="kernel-monitor", host=node)
+    recorder.record(obj, "GPUXid", f"Xid {xid}: {description} (GPU {gpu}, PCI {bus})",
+                    type="Warning", component="kernel-monitor", host=node)
     entry: dict[str, Any] = {"xid": xid, "gpu": gpu, "pciBusId": bus, "time": rfc3339(ts),
                              "message": description}
     if pod:
@@ -109,15 +105,3 @@ def record_xid(cluster: SimCluster, node: str, xid: int, gpu: int, ts: float,
         annotations[XID_ANNOTATION] = json.dumps((history + [entry])[-MAX_XID_RECORDS:])
 
     store.mutate(nodes, None, node, add)
-
-
-def assigned_gpu(cluster: SimCluster, node: Obj, pod_uid: str) -> int | None:
-    """The first GPU index the metrics engine gave the pod (dcgm-exporter's view), if any."""
-    engine = getattr(cluster, "metrics_engine", None)
-    assigner = getattr(getattr(engine, "index", None), "gpus", None)
-    if assigner is None:
-        return None
-    from ..metrics.dcgm import gpu_capacity
-
-    held = assigner.holders(node["metadata"]["name"], gpu_capacity(node))
-    return min((i for i, h in held.items() if h.pod.uid == pod_uid), default=None)

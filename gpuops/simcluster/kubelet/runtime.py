@@ -33,7 +33,7 @@ def timestamp(ts: float) -> str:
     return _rfc3339_second(math.floor(ts))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Tunables:
     log_interval: float = 30.0  # virtual seconds between steady log lines
     max_backfill_lines: int = 200  # steady lines written at once after a long quiet spell

@@ -5,8 +5,8 @@ pod says it through annotations (pod-wide, or for one container with a `.<contai
 `sim.gpuops.io/run-seconds.worker`):
 
 - `sim.gpuops.io/pull-seconds`: image pull time when the image is not on the node yet
-  (default 2 s, or the cluster's `extra.kubelet.pull_seconds` / per-image globs in
-  `extra.kubelet.image_pull_seconds`).
+  (default 2 s, or the cluster's `PullTimes`: a scenario's `sim.kubelet.pull_seconds` and
+  per-image globs in `sim.kubelet.image_pull_seconds`).
 - `sim.gpuops.io/load-seconds`: model-load time after start; readiness (and the startup and
   liveness probes) fail until it is over (default 0).
 - `sim.gpuops.io/run-seconds`: how long the container runs before exiting by itself (absent:
@@ -29,6 +29,8 @@ from typing import Any
 
 from gpuops.common.quantity import parse_quantity
 
+from ..core.gpus import GPU_RESOURCE
+
 PREFIX = "sim.gpuops.io/"
 PULL_SECONDS = PREFIX + "pull-seconds"
 LOAD_SECONDS = PREFIX + "load-seconds"
@@ -40,7 +42,6 @@ WORKLOAD = PREFIX + "workload"
 
 DEFAULT_PULL_SECONDS = 2.0
 DEFAULT_INIT_RUN_SECONDS = 1.0
-GPU_RESOURCE = "nvidia.com/gpu"
 
 _SERVING_HINTS = ("vllm", "sglang", "text-generation-inference", "tgi", "triton", "llm-d",
                   "tensorrt-llm", "serve", "inference")
@@ -271,19 +272,28 @@ def default_pull_policy(image: str) -> str:
     return "Always" if ":" not in tail or tail.endswith(":latest") else "IfNotPresent"
 
 
+@dataclass(frozen=True)
+class PullTimes:
+    """How long an image pull takes when the pod does not say: the first matching glob's
+    seconds, else the default."""
+
+    default_seconds: float = DEFAULT_PULL_SECONDS
+    by_image: tuple[tuple[str, float], ...] = ()  # (glob, seconds), in order
+
+
 def _pull_seconds(image: str, annotations: dict[str, str], name: str,
-                  settings: dict[str, Any]) -> float:
+                  pulls: PullTimes) -> float:
     explicit = _float(annotations, PULL_SECONDS, name)
     if explicit is not None:
         return max(0.0, explicit)
-    for pattern, seconds in (settings.get("image_pull_seconds") or {}).items():
+    for pattern, seconds in pulls.by_image:
         if fnmatch.fnmatch(image, pattern):
-            return float(seconds)
-    return float(settings.get("pull_seconds", DEFAULT_PULL_SECONDS))
+            return seconds
+    return pulls.default_seconds
 
 
 def container_spec(raw: dict[str, Any], role: str, annotations: dict[str, str],
-                   settings: dict[str, Any]) -> ContainerSpec:
+                   pulls: PullTimes) -> ContainerSpec:
     name, image = raw["name"], raw.get("image", "")
     resources = raw.get("resources") or {}
     limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
@@ -302,7 +312,7 @@ def container_spec(raw: dict[str, Any], role: str, annotations: dict[str, str],
     return ContainerSpec(
         name=name, image=image, role=role,
         pull_policy=raw.get("imagePullPolicy") or default_pull_policy(image),
-        pull_seconds=_pull_seconds(image, annotations, name, settings),
+        pull_seconds=_pull_seconds(image, annotations, name, pulls),
         load_seconds=max(0.0, _float(annotations, LOAD_SECONDS, name) or 0.0),
         run_seconds=None if role == "sidecar" else run,
         exit_code=int(exit_code or 0),
@@ -321,16 +331,15 @@ def container_spec(raw: dict[str, Any], role: str, annotations: dict[str, str],
     )
 
 
-def pod_spec_view(pod: dict[str, Any], settings: dict[str, Any] | None = None) -> PodSpecView:
-    settings = settings or {}
+def pod_spec_view(pod: dict[str, Any], pulls: PullTimes = PullTimes()) -> PodSpecView:
     spec = pod.get("spec") or {}
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     containers: list[ContainerSpec] = []
     for raw in spec.get("initContainers") or ():
         role = "sidecar" if raw.get("restartPolicy") == "Always" else "init"
-        containers.append(container_spec(raw, role, annotations, settings))
+        containers.append(container_spec(raw, role, annotations, pulls))
     for raw in spec.get("containers") or ():
-        containers.append(container_spec(raw, "app", annotations, settings))
+        containers.append(container_spec(raw, "app", annotations, pulls))
     grace = spec.get("terminationGracePeriodSeconds")
     deadline = spec.get("activeDeadlineSeconds")
     return PodSpecView(

@@ -4,13 +4,14 @@ In a real cluster Prometheus scrapes dcgm-exporter on every GPU node and every v
 scrapes simcluster's one `/metrics`, so each series already carries the labels a pod monitor
 would add (`namespace`, `pod`) and the serving series name their `inference_pool`.
 
-The serving numbers come from `serving.py` (pure) and what they apply to from `servingindex.py`
-(kept by a store listener); this module keeps the per-replica accumulators (keyed by pod uid,
-forgotten with the pod, reset when vLLM restarts), the faults (`demand-spike`, `bad-version`,
-`good-version`) and the exposition. The model advances on a slow tick, before every change of
-who serves what, and on every scrape; the exposition is built only when scraped. The vLLM
+The serving numbers come from `serving.py` (pure), what they apply to from `servingindex.py`
+(kept by a store listener) and which GPU a pod holds from `core/gpus.py`; this module keeps the
+per-replica accumulators (keyed by pod uid, forgotten with the pod, reset when vLLM restarts),
+the faults (`demand-spike`, `bad-version`, `good-version`) and the exposition. The model
+advances on a slow tick, before every change of who serves what, and on every scrape; the
+exposition is built only when scraped. The vLLM
 families go through a prometheus_client Collector and `generate_latest` on a registry of their
-own; the DCGM families (5,000 nodes x 8 GPUs in the scale benchmark) are rendered by `gpus.py`
+own; the DCGM families (5,000 nodes x 8 GPUs in the scale benchmark) are rendered by `dcgm.py`
 in the same text format, because generate_latest would take seconds for them.
 """
 
@@ -20,7 +21,7 @@ import fnmatch
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
@@ -28,9 +29,11 @@ from prometheus_client.core import Metric
 from pydantic import Field
 
 from ..core import errors
-from ..core.clock import rfc3339
-from ..core.faults import FaultParams
-from .dcgm import gpu_capacity, render_gpu_metrics
+from ..core.clock import VirtualClock, rfc3339
+from ..core.faults import FaultParams, FaultRegistry
+from ..core.gpus import GpuAllocations
+from ..core.store import Store
+from .dcgm import render_gpu_metrics
 from .serving import (
     FINISH_REASONS,
     Degradation,
@@ -44,9 +47,6 @@ from .serving import (
     step_replica,
 )
 from .servingindex import PodView, ServingIndex
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
 
 TICK_S = 5.0  # virtual seconds between model steps when nobody scrapes
 MAX_STEP_S = 15.0  # a clock jump is replayed in steps of at most this...
@@ -75,19 +75,21 @@ class MetricsEngine:
 
     name = "metrics"
 
-    def __init__(self, cluster: SimCluster) -> None:
-        self.cluster = cluster
-        self.clock = cluster.clock
-        self.demand = DemandModel.from_config(cluster.config.extra.get("demand"))
+    def __init__(self, store: Store, clock: VirtualClock, faults: FaultRegistry,
+                 gpus: GpuAllocations, demand: DemandModel) -> None:
+        self.clock = clock
+        self.demand = demand
         self.states: dict[str, ReplicaState] = {}
         self.state_restarts: dict[str, int] = {}
         self.spikes: list[Spike] = []
         self.degrade_rules: list[DegradeRule] = []
         self.last_t = self.clock.time()
-        self.index = ServingIndex(cluster, before_change=self.catch_up)
+        self.node_type = store.type("nodes")
+        self.index = ServingIndex(store, gpus, before_change=self.catch_up)
+        self.gpus = gpus
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
-        self._register_faults()
+        self._register_faults(faults)
 
     async def run(self) -> None:
         while True:
@@ -164,18 +166,6 @@ class MetricsEngine:
         state = self.states.get(view.uid)
         return state.gpu_util if (state is not None and view.ready) else 0.0
 
-    def gpus_held_by(self, namespace: str, name: str) -> tuple[int, ...]:
-        """The GPU indices a pod holds on its node: the `gpu` label of its DCGM series."""
-        pod = self.index.store.find(self.index.pod_type, namespace, name)
-        if pod is None:
-            return ()
-        uid, node_name = pod["metadata"]["uid"], (pod.get("spec") or {}).get("nodeName")
-        node = self.index.store.find(self.index.node_type, None, node_name) if node_name else None
-        if node is None:
-            return ()
-        holders = self.index.gpus.holders(node_name, gpu_capacity(node))
-        return tuple(sorted(i for i, holder in holders.items() if holder.pod.uid == uid))
-
     # --- exposition ----------------------------------------------------------------------------
 
     def collect(self) -> Iterator[Metric]:
@@ -236,14 +226,18 @@ class MetricsEngine:
 
     def exposition(self) -> bytes:
         self.catch_up()
-        gpus = render_gpu_metrics(self.index.store, self.index.node_type, self.index.gpus,
+        gpus = render_gpu_metrics(self.index.store, self.node_type, self.gpus, self.index.views,
                                   self.gpu_util_of)
         return gpus.encode() + generate_latest(self.registry)
 
     # --- faults --------------------------------------------------------------------------------
 
-    def _register_faults(self) -> None:
-        reg = self.cluster.faults
+    async def handle(self, _request: web.Request) -> web.Response:
+        """`GET /metrics`."""
+        return web.Response(body=self.exposition(),
+                            headers={"Content-Type": EXPOSITION_CONTENT_TYPE})
+
+    def _register_faults(self, reg: FaultRegistry) -> None:
         reg.register("demand-spike", self._demand_spike,
                      "multiply a model's request rate for a while", params=DemandSpikeParams,
                      target="a model name (or params.model; none: every model)")
@@ -329,31 +323,3 @@ def _pool_key(target: str) -> PoolKey:
         raise errors.bad_request(f"target {target!r} must name an InferencePool as "
                                  "namespace/name")
     return (namespace or "default", name)
-
-
-def engine_for(cluster: SimCluster) -> MetricsEngine:
-    """The cluster's one MetricsEngine (the controller and the route share it)."""
-    engine = getattr(cluster, "metrics_engine", None)
-    if engine is None:
-        engine = MetricsEngine(cluster)
-        cluster.metrics_engine = engine  # type: ignore[attr-defined]
-    return engine
-
-
-def gpus_held_by(cluster: SimCluster, namespace: str, name: str) -> tuple[int, ...]:
-    """For other simulated components (an Xid on the GPU a pod really holds)."""
-    return engine_for(cluster).gpus_held_by(namespace, name)
-
-
-def add_metrics_route(app: web.Application, cluster: SimCluster) -> None:
-    engine = engine_for(cluster)
-
-    async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(body=engine.exposition(),
-                            headers={"Content-Type": EXPOSITION_CONTENT_TYPE})
-
-    app.router.add_get("/metrics", metrics)
-
-
-def build(cluster: SimCluster) -> list[MetricsEngine]:
-    return [engine_for(cluster)]

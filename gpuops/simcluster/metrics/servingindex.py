@@ -1,8 +1,9 @@
 """What the serving metrics know of the cluster, kept current by a store listener.
 
-InferencePools and their member pods, HTTPRoutes' InferencePool backends, and the GPU pods bound
-to each node. Every change of those objects updates the index at once, so a metrics step or a
-scrape never rescans the store's pods (100,000 of them in the scale benchmark).
+InferencePools and their member pods, HTTPRoutes' InferencePool backends, and a view of every
+GPU pod bound to a node (which GPU it holds is `core/gpus.py`'s). Every change of those objects
+updates the index at once, so a metrics step or a scrape never rescans the store's pods
+(100,000 of them in the scale benchmark).
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..core.gpus import GpuAllocations
+from ..core.resources import ResourceType
 from ..core.selectors import Requirement, labels_match, selector_from_spec
-from .dcgm import GpuAssigner, gpu_requests
+from ..core.store import Store
 from .serving import Backend, PoolKey, ReplicaProfile, RouteRule
 
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
-
 log = logging.getLogger("gpuops.simcluster.metrics")
+Obj = dict[str, Any]
 
 ANN_MODEL = "sim.gpuops.io/model"  # pod or InferencePool or HTTPRoute: the served model name
 ANN_CAPACITY = "sim.gpuops.io/capacity-rps"  # pod: requests/s one replica serves at its SLO
@@ -34,15 +35,13 @@ class PodFacts:
 
     model: str | None  # explicit: annotation or vLLM args
     images: tuple[str, ...]
-    gpus: tuple[tuple[str, int], ...]  # (container, GPUs) in container order
     profile: ReplicaProfile
 
     @classmethod
-    def of(cls, spec: dict[str, Any], annotations: dict[str, str],
-           gpus: tuple[tuple[str, int], ...]) -> PodFacts:
+    def of(cls, spec: dict[str, Any], annotations: dict[str, str]) -> PodFacts:
         containers = spec.get("containers") or ()
         return cls(annotations.get(ANN_MODEL) or vllm_model_arg(containers),
-                   tuple(c.get("image", "") for c in containers), gpus,
+                   tuple(c.get("image", "") for c in containers),
                    replica_profile(annotations))
 
 
@@ -79,10 +78,6 @@ class PodView:
     @property
     def images(self) -> tuple[str, ...]:
         return self.facts.images
-
-    @property
-    def gpus(self) -> tuple[tuple[str, int], ...]:
-        return self.facts.gpus
 
     @property
     def profile(self) -> ReplicaProfile:
@@ -164,17 +159,15 @@ def route_rules(route: dict[str, Any]) -> list[RouteRule]:
 
 
 class ServingIndex:
-    """Pools, routes, pool members and GPU pods per node, kept current by a store listener."""
+    """Pools, routes, pool members and GPU pods' views, kept current by a store listener."""
 
-    def __init__(self, cluster: SimCluster,
+    def __init__(self, store: Store, gpus: GpuAllocations,
                  before_change: Callable[[], None] = lambda: None) -> None:
         # Called before a change that alters who serves what (a replica's readiness, a pool,
         # a route), so the model can first catch up to now under the old state.
         self.before_change: Callable[[], None] = lambda: None  # nothing to catch up on yet
-        store = cluster.store
         self.store = store
         self.pod_type = store.type("pods")
-        self.node_type = store.type("nodes")
         self.pool_type = store.type("inferencepools", "inference.networking.k8s.io")
         self.route_type = store.type("httproutes", "gateway.networking.k8s.io")
         self.pools: dict[PoolKey, Pool] = {}
@@ -182,32 +175,32 @@ class ServingIndex:
         self.routes: dict[tuple[str, str], list[RouteRule]] = {}
         self.members: dict[PoolKey, dict[str, PodView]] = {}
         self.pod_pools: dict[str, set[PoolKey]] = {}
-        self.gpus = GpuAssigner()
+        self.gpus = gpus  # registered its listener first: a change reaches it before this
         self.views: dict[str, PodView] = {}  # pool members and GPU pods on a node
-        self.pod_node: dict[str, str] = {}  # GPU pods: uid -> the node holding their GPUs
         self._facts: dict[str, tuple[Any, dict[str, str], PodFacts]] = {}
-        store.add_listener(self._on_change)
-        for rt in (self.pool_type, self.route_type, self.pod_type, self.node_type):
+        listeners = ((self.pool_type, self._pool_changed), (self.route_type, self._route_changed),
+                     (self.pod_type, self._pod_changed))
+        for rt, listener in listeners:
+            store.add_listener(listener, rt)
+        for rt, listener in listeners:
             for obj in store.list(rt):
-                self._on_change(rt, "ADDED", obj, None)
+                listener(rt, "ADDED", obj, None)
         self.before_change = before_change
 
-    def _on_change(self, rtype: Any, event: str, obj: dict[str, Any], _old: Any) -> None:
-        key = rtype.key
-        if key == "pods":
-            self._on_pod(event, obj)
-        elif key == "nodes":
-            self.gpus.node_changed(obj["metadata"]["name"])
-        elif key == self.pool_type.key:
-            self._on_pool(event, obj)
-        elif key == self.route_type.key:
-            self.before_change()
-            meta = obj["metadata"]
-            rkey = (meta.get("namespace", ""), meta["name"])
-            if event == "DELETED":
-                self.routes.pop(rkey, None)
-            else:
-                self.routes[rkey] = route_rules(obj)
+    def _pool_changed(self, _rt: ResourceType, event: str, obj: Obj, _old: Obj | None) -> None:
+        self._on_pool(event, obj)
+
+    def _route_changed(self, _rt: ResourceType, event: str, obj: Obj, _old: Obj | None) -> None:
+        self.before_change()
+        meta = obj["metadata"]
+        rkey = (meta.get("namespace", ""), meta["name"])
+        if event == "DELETED":
+            self.routes.pop(rkey, None)
+        else:
+            self.routes[rkey] = route_rules(obj)
+
+    def _pod_changed(self, _rt: ResourceType, event: str, obj: Obj, _old: Obj | None) -> None:
+        self._on_pod(event, obj)
 
     def _on_pod(self, event: str, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -218,13 +211,9 @@ class ServingIndex:
         spec = pod.get("spec") or {}
         annotations = meta.get("annotations") or {}
         cached = self._facts.get(uid)
-        if cached is not None and cached[0] == meta.get("generation") and \
-                cached[1] == annotations:
-            facts: PodFacts | None = cached[2]
-            gpus = cached[2].gpus
-        else:
-            facts, gpus = None, gpu_requests(spec)
-        holds_gpus = bool(gpus and spec.get("nodeName"))
+        facts = cached[2] if cached is not None and cached[0] == meta.get("generation") and \
+            cached[1] == annotations else None
+        holds_gpus = self.gpus.node_of(uid) is not None
         labels = meta.get("labels") or {}
         pools = {k for k in self.pools_by_ns.get(meta.get("namespace", ""), ())
                  if self.pools[k].selector and labels_match(self.pools[k].selector, labels)}
@@ -233,7 +222,7 @@ class ServingIndex:
                 self._forget(uid)  # it left every pool
             return  # most pods: nothing to show, nothing more to compute
         if facts is None:
-            facts = PodFacts.of(spec, annotations, gpus)
+            facts = PodFacts.of(spec, annotations)
             self._facts[uid] = (meta.get("generation"), annotations, facts)
         view = PodView.of(pod, facts)
         old = self.views.get(uid)
@@ -248,9 +237,6 @@ class ServingIndex:
             self.pod_pools[uid] = pools
         else:
             self.pod_pools.pop(uid, None)
-        if holds_gpus:
-            self.gpus.pod_changed(spec["nodeName"], view)
-            self.pod_node[uid] = spec["nodeName"]
         self.views[uid] = view
 
     def _forget(self, uid: str) -> None:
@@ -260,9 +246,6 @@ class ServingIndex:
             self.members.get(k, {}).pop(uid, None)
         self.views.pop(uid, None)
         self._facts.pop(uid, None)
-        node = self.pod_node.pop(uid, None)
-        if node is not None:
-            self.gpus.pod_gone(node, uid)
 
     def _on_pool(self, event: str, obj: dict[str, Any]) -> None:
         self.before_change()

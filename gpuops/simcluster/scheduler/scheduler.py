@@ -15,7 +15,7 @@ the plumbing around them:
   and victims marked `DisruptionTarget` (PreemptionByScheduler) then gracefully deleted.
 
 Scoring: LeastAllocated by default (spreads pods, so GPUs fragment as in real clusters);
-`SimConfig.extra["scheduler_scoring"] = "MostAllocated"` packs instead.
+`SchedulerConfig(scoring="MostAllocated")` (a scenario's `sim.scheduler_scoring`) packs instead.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..controllers.disruption import budget_from_store
 from ..core import errors
-from ..core.clock import rfc3339
-from ..core.recorder import record_event
+from ..core.clock import VirtualClock, rfc3339
+from ..core.pdb import budget_from_store
+from ..core.recorder import Recorder
 from ..core.resources import ResourceType
+from ..core.store import Store
 from .cycle import Bind, ClusterView, Preempt, schedule_one
 from .filters import (
     PodInfo,
@@ -42,9 +43,6 @@ from .filters import (
     truncate_event_message,
 )
 from .preemption import Budget
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
 
 log = logging.getLogger("gpuops.simcluster.scheduler")
 
@@ -97,17 +95,25 @@ def set_pod_condition(status: dict[str, Any], condition: dict[str, Any], now: st
     conditions.append(new)
 
 
+@dataclass(frozen=True)
+class SchedulerConfig:
+    scoring: str = "LeastAllocated"  # or MostAllocated
+
+    def __post_init__(self) -> None:
+        if self.scoring not in SCORING_STRATEGIES:
+            raise ValueError(f"unknown scheduler scoring {self.scoring!r}: set "
+                             f"`sim.scheduler_scoring` to one of {SCORING_STRATEGIES}")
+
+
 class Scheduler:
     name = "scheduler"
 
-    def __init__(self, cluster: SimCluster, strategy: str = "LeastAllocated") -> None:
-        if strategy not in SCORING_STRATEGIES:
-            raise ValueError(f"unknown scheduler scoring {strategy!r}: set "
-                             f"`extra['scheduler_scoring']` to one of {SCORING_STRATEGIES}")
-        self.cluster = cluster
-        self.store = cluster.store
-        self.clock = cluster.clock
-        self.strategy = strategy
+    def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder,
+                 config: SchedulerConfig) -> None:
+        self.store = store
+        self.clock = clock
+        self.recorder = recorder
+        self.strategy = config.scoring
         self.pods_type = self.store.type("pods")
         self.nodes_type = self.store.type("nodes")
         self.pdbs_type = self.store.type("poddisruptionbudgets", "policy")
@@ -123,21 +129,16 @@ class Scheduler:
         self._last_flush = self.clock.time()
         self._waiter: asyncio.Future[None] | None = None  # the idle loop's, while it sleeps
         for node in self.store.list(self.nodes_type):
-            self._on_node("ADDED", node)
+            self._on_node(self.nodes_type, "ADDED", node, None)
         for pod in self.store.list(self.pods_type):
-            self._on_pod("ADDED", pod, None)
-        self.store.add_listener(self._on_change)
+            self._on_pod(self.pods_type, "ADDED", pod, None)
+        self.store.add_listener(self._on_pod, self.pods_type)
+        self.store.add_listener(self._on_node, self.nodes_type)
 
     # --- keeping the view current (called synchronously on every store change) ------------------
 
-    def _on_change(self, rtype: ResourceType, event: str, obj: dict[str, Any],
-                   old: dict[str, Any] | None) -> None:
-        if rtype.key == "pods":
-            self._on_pod(event, obj, old)
-        elif rtype.key == "nodes":
-            self._on_node(event, obj)
-
-    def _on_node(self, event: str, node: dict[str, Any]) -> None:
+    def _on_node(self, _rt: ResourceType, event: str, node: dict[str, Any],
+                 _old: dict[str, Any] | None) -> None:
         name = node["metadata"]["name"]
         if event == "DELETED":
             self.view.remove_node(name)
@@ -150,7 +151,8 @@ class Scheduler:
         self.view.set_node(node)
         self._something_changed(name)
 
-    def _on_pod(self, event: str, pod: dict[str, Any], old: dict[str, Any] | None) -> None:
+    def _on_pod(self, _rt: ResourceType, event: str, pod: dict[str, Any],
+                old: dict[str, Any] | None) -> None:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         status = pod.get("status") or {}
         key = (meta.get("namespace", ""), meta["name"])
@@ -370,9 +372,9 @@ class Scheduler:
 
         bound = self.store.mutate(self.pods_type, info.namespace, info.name, assign,
                                   subresource="binding")
-        record_event(self.cluster, bound, "Scheduled",
-                     f"Successfully assigned {info.namespace}/{info.name} to {node}",
-                     component=SCHEDULER_NAME)
+        self.recorder.record(bound, "Scheduled",
+                             f"Successfully assigned {info.namespace}/{info.name} to {node}",
+                             component=SCHEDULER_NAME)
 
     def _report_failure(self, info: PodInfo, message: str, nominated: str | None) -> None:
         """PodScheduled=False/Unschedulable, the nomination, and a FailedScheduling event."""
@@ -393,8 +395,8 @@ class Scheduler:
 
         pod = self.store.mutate(self.pods_type, info.namespace, info.name, mark,
                                 subresource="status")
-        record_event(self.cluster, pod, "FailedScheduling", truncate_event_message(message),
-                     type="Warning", component=SCHEDULER_NAME)
+        self.recorder.record(pod, "FailedScheduling", truncate_event_message(message),
+                             type="Warning", component=SCHEDULER_NAME)
 
     def _preempt(self, preemptor: PodInfo, outcome: Preempt) -> None:
         now = rfc3339(self.clock.now())
@@ -410,9 +412,9 @@ class Scheduler:
                                                           condition, now),
                               subresource="status")
             deleted = self.store.delete(self.pods_type, victim.namespace, victim.name)
-            record_event(self.cluster, deleted, "Preempted",
-                         f"Preempted by pod {preemptor.uid} on node {outcome.node}",
-                         component=SCHEDULER_NAME)
+            self.recorder.record(deleted, "Preempted",
+                                 f"Preempted by pod {preemptor.uid} on node {outcome.node}",
+                                 component=SCHEDULER_NAME)
             log.info("preempted %s/%s on %s for %s/%s", victim.namespace, victim.name,
                      outcome.node, preemptor.namespace, preemptor.name)
         for other in outcome.demoted:  # lower-priority pods nominated there: look elsewhere
@@ -450,8 +452,3 @@ class Scheduler:
 def _resolve(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
-
-
-def build(cluster: SimCluster) -> list[Scheduler]:
-    strategy = cluster.config.extra.get("scheduler_scoring", "LeastAllocated")
-    return [Scheduler(cluster, strategy)]

@@ -13,12 +13,10 @@ import heapq
 import itertools
 import logging
 from collections.abc import Hashable
-from typing import TYPE_CHECKING
 
-from ..core import errors
-
-if TYPE_CHECKING:
-    from ..cluster import SimCluster
+from . import errors
+from .clock import VirtualClock
+from .store import Store
 
 log = logging.getLogger("gpuops.simcluster.controllers")
 
@@ -30,10 +28,9 @@ class ControllerLoop:
     retry_after_s = 5.0  # virtual seconds before retrying a key whose sync failed...
     retry_cap_s = 300.0  # ...doubling with each failure in a row, up to this
 
-    def __init__(self, cluster: SimCluster) -> None:
-        self.cluster = cluster
-        self.store = cluster.store
-        self.clock = cluster.clock
+    def __init__(self, store: Store, clock: VirtualClock) -> None:
+        self.store = store
+        self.clock = clock
         self._dirty: dict[Hashable, None] = {}
         self._timers: list[tuple[float, int, Hashable]] = []
         self._timer_at: dict[Hashable, float] = {}
