@@ -327,11 +327,9 @@ class _Loader:
                 "objects": len(planned)}
 
     def _create(self, rt: ResourceType, namespace: str | None, body: dict[str, Any]) -> None:
-        body = admit_create(self.store, rt, body, namespace)
+        body = admit_create(self.store, rt, body)
         obj = self.store.create(rt, body, namespace)
         self.created.append((rt, namespace, obj["metadata"]["name"]))
-        if rt.key == "apiextensions.k8s.io/customresourcedefinitions":
-            self.store.registry.register_crd(obj)
 
     def _roll_back(self) -> None:
         for rt, namespace, name in reversed(self.created):

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from ..core import errors
-from ..core.admission import admit_delete, delete_namespace_contents
+from ..core.admission import admit_delete
 from ..core.ownership import FOREGROUND, ORPHAN, PROPAGATION_POLICIES, add_finalizer
 from ..core.resources import ResourceType
 from ..core.selectors import parse_field_selector, parse_label_selector
@@ -41,7 +41,7 @@ class Deletion:
         grace = request.query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
         pre = options.get("preconditions") or {}
         old = self.store.get(t.rtype, t.namespace, t.name)
-        admit_delete(self.store, t.rtype, old)
+        admit_delete(t.rtype, old)
         if dry_run(request):
             return json_response(old)
         orphan = request.query.get("orphanDependents", options.get("orphanDependents"))
@@ -52,11 +52,12 @@ class Deletion:
         obj = self.store.delete(t.rtype, t.namespace, t.name,
                                 grace_period=None if grace is None else int(grace),
                                 uid=pre.get("uid"), resource_version=pre.get("resourceVersion"))
-        if t.rtype.key == "namespaces":
-            delete_namespace_contents(self.store, t.name)
+        t.rtype.strategy.after_delete(self.store, t.name)
         still_there = self.store.find(t.rtype, t.namespace, t.name) is not None
-        if t.rtype.key == "pods" or still_there:
-            return json_response(obj, 202 if still_there and t.rtype.key != "pods" else 200)
+        if t.rtype.strategy.returns_deleted_object:
+            return json_response(obj)
+        if still_there:
+            return json_response(obj, 202)
         return json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
                               "status": "Success",
                               "details": {"name": t.name, "group": t.rtype.group,
@@ -85,7 +86,7 @@ class Deletion:
                                  'values: "Foreground", "Background", "Orphan"')
         if propagation_policy is None and orphan_dependents is not None:
             propagation_policy = "Orphan" if orphan_dependents else "Background"
-        policy = propagation_policy or _default_policy(rt)
+        policy = propagation_policy or rt.strategy.default_propagation
         meta = obj["metadata"]
         if policy == "Background" or meta.get("deletionTimestamp"):
             return False
@@ -101,8 +102,3 @@ class Deletion:
         self.store.mutate(rt, meta.get("namespace") or None, meta["name"],
                           lambda o: add_finalizer(o, finalizer))
         return True
-
-
-def _default_policy(rt: ResourceType) -> str:
-    """batch/v1 Jobs orphan their pods unless told otherwise (kept for compatibility)."""
-    return "Orphan" if rt.key == "batch/jobs" else "Background"

@@ -134,18 +134,15 @@ class ApiServer:
         body = await read_body(request)
         if not isinstance(body, dict):
             raise errors.bad_request("the request body must be a JSON object")
-        if t.rtype.key == "bindings":
+        if t.rtype.strategy.binds_pod:
             name = (body.get("metadata") or {}).get("name", "")
             return self.pods.bind(body, t.namespace or "", name)
         check_kind(t.rtype, body)
-        body = admit_create(self.store, t.rtype, body, t.namespace)
+        body = admit_create(self.store, t.rtype, body)
         if dry_run(request):
             check_integer_fields(t.rtype.key, t.rtype.kind, body)  # the store checks the rest
             return json_response(body, 201)
-        obj = self.store.create(t.rtype, body, t.namespace)
-        if t.rtype.key == "apiextensions.k8s.io/customresourcedefinitions":
-            self.store.registry.register_crd(obj)
-        return json_response(obj, 201)
+        return json_response(self.store.create(t.rtype, body, t.namespace), 201)
 
     async def replace(self, request: web.Request, t: Target) -> web.Response:
         assert t.name is not None
@@ -156,7 +153,7 @@ class ApiServer:
             return set_scale(self.store, t, (body.get("spec") or {}).get("replicas"))
         check_kind(t.rtype, body)
         old = self.store.get(t.rtype, t.namespace, t.name)
-        body = admit_update(self.store, t.rtype, old, body)
+        body = admit_update(t.rtype, old, body)
         if dry_run(request):
             check_integer_fields(t.rtype.key, t.rtype.kind, body)
             return json_response(body)
@@ -186,7 +183,7 @@ class ApiServer:
                     "metadata", {}).get("resourceVersion") is not None:
                 raise errors.conflict(t.rtype.plural, t.name, t.rtype.group)
             new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
-        new = admit_update(self.store, t.rtype, old, new)
+        new = admit_update(t.rtype, old, new)
         if dry_run(request):
             check_integer_fields(t.rtype.key, t.rtype.kind, new)
             return json_response(new)

@@ -303,7 +303,7 @@ class NodePoolController:
             count = min(per_node, free)
             for _ in range(count):
                 body = admit_create(self.store, self.index.pods_type,
-                                    _filler_pod(runtime.pool, name, params), namespace)
+                                    _filler_pod(runtime.pool, name, params))
                 pod = self.store.create(self.index.pods_type, body, namespace)
                 created.append(pod["metadata"]["name"])
             free_after[name] = free - count

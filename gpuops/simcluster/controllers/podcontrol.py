@@ -51,7 +51,7 @@ class PodControl:
         """Create `pod` in the owner's namespace; ApiError (after a FailedCreate event) on refusal."""
         namespace = owner["metadata"]["namespace"]
         try:
-            body = admit_create(self.store, self.pods, pod, namespace)
+            body = admit_create(self.store, self.pods, pod)
             created = self.store.create(self.pods, body, namespace)
         except errors.ApiError as e:
             message = (failed_message.format(error=e.message) if failed_message
@@ -69,7 +69,7 @@ class PodControl:
         current = store.find(self.pods, meta["namespace"], meta["name"])
         if current is None or current["metadata"]["uid"] != meta["uid"]:
             return
-        admit_delete(self.store, self.pods, current)
+        admit_delete(self.pods, current)
         store.delete(self.pods, meta["namespace"], meta["name"], uid=meta["uid"])
         self.event(owner, "SuccessfulDelete",
                    (deleted_message or "Deleted pod: {name}").format(name=meta["name"]))

@@ -29,10 +29,11 @@ class NodeIndex:
         self.dirty_nodes: set[str] = set()
         self.dirty_pods: set[PodKey] = set()
         for node in store.list(self.nodes_type):
-            self._on_node("ADDED", node, None)
+            self._on_node(self.nodes_type, "ADDED", node, None)
         for pod in store.list(self.pods_type):
-            self._on_pod("ADDED", pod, None)
-        store.add_listener(self._on_change)
+            self._on_pod(self.pods_type, "ADDED", pod, None)
+        store.add_listener(self._on_pod, self.pods_type)
+        store.add_listener(self._on_node, self.nodes_type)
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -50,13 +51,7 @@ class NodeIndex:
 
     # --- keeping current -----------------------------------------------------------------------
 
-    def _on_change(self, rtype: ResourceType, event: str, obj: Obj, old: Obj | None) -> None:
-        if rtype is self.pods_type or rtype.key == "pods":
-            self._on_pod(event, obj, old)
-        elif rtype.key == "nodes":
-            self._on_node(event, obj, old)
-
-    def _on_pod(self, event: str, pod: Obj, old: Obj | None) -> None:
+    def _on_pod(self, _rt: ResourceType, event: str, pod: Obj, old: Obj | None) -> None:
         meta = pod["metadata"]
         key = (meta.get("namespace", ""), meta["name"])
         node = (pod.get("spec") or {}).get("nodeName")
@@ -77,7 +72,7 @@ class NodeIndex:
             if node != old_node and self._no_execute.get(node):
                 self.dirty_pods.add(key)
 
-    def _on_node(self, event: str, node: Obj, old: Obj | None) -> None:
+    def _on_node(self, _rt: ResourceType, event: str, node: Obj, old: Obj | None) -> None:
         name = node["metadata"]["name"]
         pool = (node["metadata"].get("labels") or {}).get(POOL_LABEL)
         old_pool = (((old or {}).get("metadata") or {}).get("labels") or {}).get(POOL_LABEL)

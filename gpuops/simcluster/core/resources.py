@@ -1,8 +1,21 @@
-"""The resource types simcluster serves, described once: discovery, routing and storage read them."""
+"""The resource types simcluster serves, described once: discovery, routing and storage read
+them, and each carries its strategy (`registry/`), what the API server does differently for it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from .registry.namespaces import NamespaceStrategy
+from .registry.others import CustomResourceDefinitionStrategy, NodeStrategy, PriorityClassStrategy
+from .registry.pods import BindingStrategy, PodStrategy
+from .registry.strategy import GENERIC, Strategy
+from .registry.workloads import (
+    DeploymentStrategy,
+    JobStrategy,
+    ReplicaSetStrategy,
+    StatefulSetStrategy,
+)
 
 
 @dataclass(frozen=True)
@@ -16,6 +29,7 @@ class ResourceType:
     subresources: tuple[str, ...] = ("status",)
     verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch",
                               "update", "watch")
+    strategy: Strategy = field(default=GENERIC, compare=False, repr=False)
 
     @property
     def api_version(self) -> str:
@@ -45,30 +59,39 @@ BUILTIN_GROUPS = frozenset({"", "apps", "batch", "policy", "scheduling.k8s.io", 
 
 
 def _core(kind: str, plural: str, namespaced: bool = True, short: tuple[str, ...] = (),
-          sub: tuple[str, ...] = ("status",)) -> ResourceType:
-    return ResourceType("", "v1", kind, plural, namespaced, short, sub)
+          sub: tuple[str, ...] = ("status",), strategy: Strategy = GENERIC) -> ResourceType:
+    return ResourceType("", "v1", kind, plural, namespaced, short, sub, strategy=strategy)
+
+
+def _apps(kind: str, plural: str, short: str, strategy: Strategy) -> ResourceType:
+    return ResourceType("apps", "v1", kind, plural, True, (short,), ("status", "scale"),
+                        strategy=strategy)
 
 
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
-    _core("Pod", "pods", short=("po",), sub=("status", "log", "eviction", "binding")),
-    _core("Node", "nodes", namespaced=False, short=("no",)),
-    _core("Namespace", "namespaces", namespaced=False, short=("ns",), sub=("status", "finalize")),
+    _core("Pod", "pods", short=("po",), sub=("status", "log", "eviction", "binding"),
+          strategy=PodStrategy()),
+    _core("Node", "nodes", namespaced=False, short=("no",), strategy=NodeStrategy()),
+    _core("Namespace", "namespaces", namespaced=False, short=("ns",), sub=("status", "finalize"),
+          strategy=NamespaceStrategy()),
     _core("Event", "events", short=("ev",), sub=()),
     _core("Service", "services", short=("svc",)),
     _core("ConfigMap", "configmaps", short=("cm",), sub=()),
     _core("Secret", "secrets", sub=()),
     _core("ServiceAccount", "serviceaccounts", short=("sa",), sub=()),
-    _core("Binding", "bindings", sub=()),
-    ResourceType("apps", "v1", "Deployment", "deployments", True, ("deploy",), ("status", "scale")),
-    ResourceType("apps", "v1", "ReplicaSet", "replicasets", True, ("rs",), ("status", "scale")),
-    ResourceType("apps", "v1", "StatefulSet", "statefulsets", True, ("sts",), ("status", "scale")),
+    _core("Binding", "bindings", sub=(), strategy=BindingStrategy()),
+    _apps("Deployment", "deployments", "deploy", DeploymentStrategy()),
+    _apps("ReplicaSet", "replicasets", "rs", ReplicaSetStrategy()),
+    _apps("StatefulSet", "statefulsets", "sts", StatefulSetStrategy()),
     ResourceType("apps", "v1", "DaemonSet", "daemonsets", True, ("ds",)),
-    ResourceType("batch", "v1", "Job", "jobs", True, ()),
+    ResourceType("batch", "v1", "Job", "jobs", True, (), strategy=JobStrategy()),
     ResourceType("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, ("pdb",)),
-    ResourceType("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",), ()),
+    ResourceType("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",), (),
+                 strategy=PriorityClassStrategy()),
     ResourceType("events.k8s.io", "v1", "Event", "events", True, ("ev",), ()),
     ResourceType("apiextensions.k8s.io", "v1", "CustomResourceDefinition",
-                 "customresourcedefinitions", False, ("crd",)),
+                 "customresourcedefinitions", False, ("crd",),
+                 strategy=CustomResourceDefinitionStrategy()),
     ResourceType("inference.networking.k8s.io", "v1", "InferencePool", "inferencepools", True,
                  ("infpool",)),
     ResourceType("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes", True, ()),
@@ -93,8 +116,11 @@ class ResourceRegistry:
 
     def register(self, rt: ResourceType) -> ResourceType:
         existing = self._types.get((rt.group, rt.version, rt.plural))
-        if existing is not None and existing != rt:
-            raise ValueError(f"resource {rt.key!r} is already registered as {existing.kind!r}")
+        if existing is not None:
+            if existing != rt:
+                raise ValueError(f"resource {rt.key!r} is already registered as "
+                                 f"{existing.kind!r}")
+            return existing  # the same type again (a CRD re-applied) keeps its strategy
         self._types[(rt.group, rt.version, rt.plural)] = rt
         return rt
 

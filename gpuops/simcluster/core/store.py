@@ -152,7 +152,7 @@ class Store:
                 raise errors.bad_request("the namespace of the provided object does not match "
                                          "the namespace sent on the request")
             meta["namespace"] = ns
-            if rt.key != "namespaces" and self.find(self._ns_type, None, ns) is None:
+            if self.find(self._ns_type, None, ns) is None:
                 raise errors.not_found("namespaces", ns)
         else:
             meta.pop("namespace", None)
@@ -206,7 +206,8 @@ class Store:
             new = {**old, "metadata": dict(old_meta), "status": new.get("status",
                                                                         old.get("status"))}
             meta = new["metadata"]
-        elif "status" in rt.subresources and subresource is None and rt.key != "namespaces":
+        elif ("status" in rt.subresources and subresource is None
+              and not rt.strategy.main_resource_writes_status):
             new["status"] = copy.deepcopy(old.get("status"))
             if new["status"] is None:
                 new.pop("status")
@@ -237,17 +238,13 @@ class Store:
                                   f"{uid}, UID in object meta: {old['metadata']['uid']}")
         if resource_version and old["metadata"]["resourceVersion"] != resource_version:
             raise errors.conflict(rt.plural, name, rt.group)
-        graceful = (rt.key == "pods" and old.get("spec", {}).get("nodeName")
-                    and grace_period != 0 and old.get("status", {}).get("phase")
-                    not in ("Succeeded", "Failed"))
+        graceful, grace = rt.strategy.check_graceful_delete(old, grace_period)
         if old["metadata"].get("finalizers") or graceful:
             if old["metadata"].get("deletionTimestamp"):
                 return old
             new = copy.deepcopy(old)
             new["metadata"]["deletionTimestamp"] = rfc3339(self.clock.now())
             if graceful:
-                grace = grace_period if grace_period is not None else old["spec"].get(
-                    "terminationGracePeriodSeconds", 30)
                 new["metadata"]["deletionGracePeriodSeconds"] = grace
             return self._commit(rt, "MODIFIED", new, old)
         return self._remove(rt, old)
