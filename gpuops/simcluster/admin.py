@@ -63,9 +63,9 @@ class AdminApi:
             body = await _json(request)
             try:
                 if "speed" in body:
-                    clock.set_speed(float(body["speed"]))
+                    clock.set_speed(_number(body, "speed"))
                 if "advance" in body:
-                    clock.advance(float(body["advance"]))
+                    clock.advance(_number(body, "advance"))
             except ValueError as e:
                 raise errors.bad_request(str(e)) from e
         return web.json_response({"now": clock.now().isoformat(), "time": clock.time(),
@@ -102,6 +102,14 @@ class AdminApi:
         except ScenarioError as e:
             raise errors.ApiError(422, "Invalid", str(e)) from e
         return web.json_response(summary)
+
+
+def _number(body: dict[str, Any], field: str) -> float:
+    try:
+        return float(body[field])
+    except (TypeError, ValueError):
+        raise errors.bad_request(f"field {field!r} must be a number of seconds (or, for "
+                                 f"'speed', a factor), got {body[field]!r}") from None
 
 
 async def _json(request: web.Request) -> dict[str, Any]:

@@ -46,6 +46,9 @@ from .scenario import ParsedScenario, apply_scenario, parse_scenario, scenario_t
 from .scheduler.scheduler import Scheduler
 
 log = logging.getLogger("gpuops.simcluster")
+# What stop() gives requests still in flight before cancelling them: watches are closed
+# first, so what is left are streams that never end by themselves (a followed log).
+SHUTDOWN_GRACE_S = 1.0
 
 
 class Controller(Protocol):
@@ -141,7 +144,8 @@ class SimCluster:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         app = self.assemble(parse_scenario(*scenario_text(self.config.scenario)))
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None,
+                                     shutdown_timeout=SHUTDOWN_GRACE_S)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()

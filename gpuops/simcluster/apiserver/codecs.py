@@ -1,4 +1,5 @@
-"""Bodies in and out of the API: JSON (YAML accepted in), Status errors, lists and watch lines.
+"""Bodies in and out of the API: JSON (YAML accepted in), query parameters, Status errors,
+lists and watch lines.
 
 An object the JSON encoder refuses never breaks a LIST or a watch stream for everyone: it is
 left out and logged (validation on write keeps such objects out; this is the last line).
@@ -7,7 +8,9 @@ left out and logged (validation on write keeps such objects out; this is the las
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, TypeVar
 
 import orjson
 import yaml
@@ -18,6 +21,7 @@ from ..core.resources import ResourceType
 
 JSON = "application/json"
 log = logging.getLogger("gpuops.simcluster.apiserver")
+T = TypeVar("T")
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None
@@ -74,6 +78,31 @@ async def read_body(request: web.Request, default: Any = None) -> Any:
         return orjson.loads(raw)
     except (orjson.JSONDecodeError, ValueError) as e:
         raise errors.bad_request(f"the request body is not valid JSON: {e}") from e
+
+
+def query_int(query: Mapping[str, str], name: str) -> int | None:
+    """An integer query parameter (None when absent or empty); 400 naming it if it is not."""
+    return _query(query, name, int, "an integer")
+
+
+def query_float(query: Mapping[str, str], name: str) -> float | None:
+    return _query(query, name, float, "a number")
+
+
+def query_time(query: Mapping[str, str], name: str) -> datetime | None:
+    return _query(query, name, datetime.fromisoformat, "an RFC 3339 time")
+
+
+def _query(query: Mapping[str, str], name: str, parse: Callable[[str], T], what: str
+           ) -> T | None:
+    text = query.get(name)
+    if not text:
+        return None
+    try:
+        return parse(text)
+    except ValueError:
+        raise errors.bad_request(f"query parameter {name!r} must be {what}, got {text!r}"
+                                 ) from None
 
 
 def dry_run(request: web.Request) -> bool:

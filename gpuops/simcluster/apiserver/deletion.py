@@ -50,7 +50,7 @@ class Deletion:
                 None if orphan is None else str(orphan).lower() == "true", pre):
             pre = {**pre, "resourceVersion": None}  # checked before the finalizer went on
         obj = self.store.delete(t.rtype, t.namespace, t.name,
-                                grace_period=None if grace is None else int(grace),
+                                grace_period=_grace_period(grace),
                                 uid=pre.get("uid"), resource_version=pre.get("resourceVersion"))
         t.rtype.strategy.after_delete(self.store, t.name)
         still_there = self.store.find(t.rtype, t.namespace, t.name) is not None
@@ -102,3 +102,14 @@ class Deletion:
         self.store.mutate(rt, meta.get("namespace") or None, meta["name"],
                           lambda o: add_finalizer(o, finalizer))
         return True
+
+
+def _grace_period(value: Any) -> int | None:
+    """`gracePeriodSeconds` of the query or the DeleteOptions, as an integer."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise errors.bad_request(f"gracePeriodSeconds must be an integer, got {value!r}"
+                                 ) from None

@@ -22,7 +22,7 @@ from ..core.selectors import (
     parse_label_selector,
 )
 from ..core.store import Store
-from .codecs import list_response
+from .codecs import list_response, query_int
 from .routing import Target
 
 
@@ -35,7 +35,7 @@ class Lister:
         q = request.query
         labels = parse_label_selector(q.get("labelSelector"))
         fields = parse_field_selector(q.get("fieldSelector"), t.rtype.kind)
-        limit = int(q.get("limit", "0") or 0)
+        limit = query_int(q, "limit") or 0
         if not limit:
             items = self.store.list(t.rtype, t.namespace, labels, fields)
             return list_response(self.body(t.rtype, items, None))

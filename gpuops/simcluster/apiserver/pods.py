@@ -14,6 +14,7 @@ from ..core.clock import VirtualClock, rfc3339
 from ..core.logs import LogStore
 from ..core.pdb import pdb_budget, pdbs_covering
 from ..core.store import Store
+from .codecs import query_int, query_time
 
 
 class PodSubresources:
@@ -40,22 +41,22 @@ class PodSubresources:
                                          f'"{name}" not found')
             raise errors.bad_request(f'container "{container}" in pod "{name}" is waiting to '
                                      f'start: {_waiting_reason(pod, container)}')
-        since = q.get("sinceSeconds")
-        if since:
-            cutoff = self.clock.time() - int(since)
+        since = query_int(q, "sinceSeconds")
+        if since is not None:
+            cutoff = self.clock.time() - since
             lines = [entry for entry in lines if entry[0] >= cutoff]
-        since_time = q.get("sinceTime")
-        if since_time:
-            cutoff = datetime.fromisoformat(since_time).timestamp()
+        since_time = query_time(q, "sinceTime")
+        if since_time is not None:
+            cutoff = since_time.timestamp()
             lines = [entry for entry in lines if entry[0] >= cutoff]
-        tail = q.get("tailLines")
+        tail = query_int(q, "tailLines")
         if tail is not None:
-            lines = lines[-int(tail):] if int(tail) > 0 else []
+            lines = lines[-tail:] if tail > 0 else []
         timestamps = q.get("timestamps") in ("true", "1")
         body = _format(lines, timestamps)
-        limit = q.get("limitBytes")
-        if limit:
-            body = body[: int(limit)]
+        limit = query_int(q, "limitBytes")
+        if limit is not None:
+            body = body[:limit]
         if q.get("follow") not in ("true", "1") or previous:
             return web.Response(body=body, content_type="text/plain")
         return await self._follow(request, namespace, name, container, body, len(
@@ -80,8 +81,8 @@ class PodSubresources:
                     seen = len(lines)
                 if _terminated(pod, container):
                     break
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
+        except ConnectionResetError:
+            pass  # the client went away
         return response
 
     # --- eviction and binding ------------------------------------------------------------------

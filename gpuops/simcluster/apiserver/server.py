@@ -7,6 +7,7 @@ store's, admission defaults are `core/admission.py`'s, lists are `lists.py`'s, w
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +33,7 @@ from .watch import watch
 
 # Requests the API's own faults never touch: the simulator's admin API and the metrics.
 NOT_KUBERNETES = ("/admin", "/metrics")
+log = logging.getLogger("gpuops.simcluster.apiserver")
 
 
 class ApiServer:
@@ -63,9 +65,14 @@ class ApiServer:
         try:
             return await handler(request)
         except errors.ApiError as e:
-            return error_response(e)
-        except (ValueError, KeyError, TypeError) as e:
-            return error_response(errors.bad_request(f"{type(e).__name__}: {e}"))
+            return error_response(e)  # including a bad request, detected as such
+        except web.HTTPException:
+            raise  # aiohttp's own answers (a method its router does not allow)
+        except Exception as e:  # a bug of simcluster's, not of the request
+            log.exception("%s %s failed inside simcluster", request.method, request.path)
+            return error_response(errors.internal(
+                f"simcluster failed on {request.method} {request.path}: "
+                f"{type(e).__name__}: {e}"))
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]

@@ -19,7 +19,7 @@ from ..core import errors
 from ..core.resources import ResourceType
 from ..core.selectors import parse_field_selector, parse_label_selector, selecting_name
 from ..core.store import Store, Watcher
-from .codecs import JSON, encoded_events
+from .codecs import JSON, encoded_events, query_float
 from .routing import Target
 
 BOOKMARK_EVERY_S = 5.0
@@ -33,7 +33,7 @@ async def watch(store: Store, request: web.Request, t: Target) -> web.StreamResp
     fields = parse_field_selector(q.get("fieldSelector"), t.rtype.kind)
     if t.name:
         fields.append(selecting_name(t.name))
-    timeout = float(q.get("timeoutSeconds", "0") or 0) or DEFAULT_TIMEOUT_S
+    timeout = query_float(q, "timeoutSeconds") or DEFAULT_TIMEOUT_S
     bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
     response = web.StreamResponse(headers={"Content-Type": JSON})
     response.enable_chunked_encoding()
@@ -48,8 +48,8 @@ async def watch(store: Store, request: web.Request, t: Target) -> web.StreamResp
     deadline = time.monotonic() + timeout
     try:
         await _stream(store, response, watcher, t.rtype, deadline, bookmarks)
-    except (ConnectionResetError, asyncio.CancelledError):
-        pass
+    except ConnectionResetError:
+        pass  # the client went away
     finally:
         store.stop_watch(watcher)
     return response
