@@ -3,7 +3,7 @@
 As kube's `pkg/controller/deployment`: claim ReplicaSets by selector; the new one is named
 `<deployment>-<pod-template-hash>` with the hash label on its template and selector; a
 RollingUpdate grows it within maxSurge and shrinks the old ones within maxUnavailable (both
-read from ReplicaSet status, which `replicasets.py` keeps), Recreate scales the old ones to
+read from ReplicaSet status, which `replicaset.py` keeps), Recreate scales the old ones to
 zero and waits for their pods to go first; a size change mid-rollout scales proportionally;
 `paused` only scales; old ReplicaSets beyond revisionHistoryLimit are deleted; status carries
 the Available and Progressing conditions (ProgressDeadlineExceeded after

@@ -3,7 +3,7 @@
 Mirrors `pkg/controller/deployment/util`: the pod-template hash, which ReplicaSet is new,
 surge/unavailability fenceposts (surge rounds up, unavailability down, both zero means one
 unavailable), how far the new ReplicaSet may grow, proportional scaling, the status and the
-Available/Progressing conditions. `deployments.py` does the store plumbing around them.
+Available/Progressing conditions. `deployment.py` does the store plumbing around them.
 """
 
 from __future__ import annotations

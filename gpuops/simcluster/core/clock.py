@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 
 class VirtualClock:
@@ -55,7 +55,3 @@ def rfc3339(ts: float | datetime) -> str:
 
 def parse_rfc3339(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
-
-
-def seconds(td: timedelta) -> float:
-    return td.total_seconds()

@@ -70,15 +70,6 @@ def available_at(pod: Obj, min_ready_seconds: int) -> float | None:
     return None if since is None else since + min_ready_seconds
 
 
-def is_available(pod: Obj, min_ready_seconds: int, now: float) -> bool:
-    at = available_at(pod, min_ready_seconds)
-    return at is not None and at <= now
-
-
-def is_running_and_ready(pod: Obj) -> bool:
-    return phase(pod) == "Running" and is_ready(pod)
-
-
 def max_restarts(pod: Obj) -> int:
     status = pod.get("status") or {}
     counts = [cs.get("restartCount", 0) for cs in (status.get("containerStatuses") or [])

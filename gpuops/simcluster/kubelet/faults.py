@@ -47,8 +47,6 @@ from .containerlogs import APPLICATION_XIDS
 from .faulttargets import select_pods
 from .runtime import Fault, PodKey, normalized_image
 
-CONTAINER_KINDS = ("crashloop", "oom", "cuda-oom", "nccl-timeout", "gpu-xid", "liveness",
-                   "config-error", "image-pull")
 GPU_KINDS = ("cuda-oom", "nccl-timeout", "gpu-xid")
 PULL_ERRORS = {
     "NotFound": 'rpc error: code = NotFound desc = failed to pull and unpack image "{ref}": '

@@ -1,7 +1,7 @@
 """The simulated kubelet's view of a pod: runtime state, phase and conditions, identities.
 
-Plain data shared by the lifecycle (`podlifecycle.py`, which moves it through time), the plans
-of container instances (`containerplan.py`) and the status renderer (`podstatus.py`). The
+Plain data shared by the lifecycle (`lifecycle.py`, which moves it through time), the plans
+of container instances (`containerplan.py`) and the status renderer (`status.py`). The
 state machine reaches the world only through `World` (questions it asks) and `Outbox`
 (effects it leaves: events, log lines, Xid records), both provided by the kubelet plumbing.
 """

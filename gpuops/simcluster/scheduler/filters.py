@@ -2,7 +2,7 @@
 
 Kept apart from the store so that each decision, and the exact text kube-scheduler would write
 about it, can be checked directly. `scoring.py` ranks the nodes that pass, `preemption.py`
-picks evictions when none does, `scheduling_cycle.py` puts them together for one pod, and
+picks evictions when none does, `cycle.py` puts them together for one pod, and
 `scheduler.py` feeds them from the store and writes the outcome back.
 
 What is modelled (default profile of kube-scheduler 1.30-1.33):

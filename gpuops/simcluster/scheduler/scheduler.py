@@ -1,14 +1,13 @@
 """The simulated kube-scheduler: binds Pending pods, preempts, reports FailedScheduling.
 
-What to decide is `scheduling.py`, `scheduling_cycle.py` and `preemption.py`'s. This module is
+What to decide is `filters.py`, `cycle.py` and `preemption.py`'s. This module is
 the plumbing around them:
 - a store listener keeps their view of the cluster current, so a change costs one pod or one
   node and nothing rescans all pods (a kubelet heartbeat on a node costs a tuple compare);
-- a scheduling queue like kube-scheduler's: pods in priority order, then oldest first; a pod
-  that fits nowhere waits until something changes that could help it (a node added or
-  changed, or a bound pod deleted or finished, such that the pod now passes the filters on
-  that node: kube-scheduler's queueing hints), then retries after its back-off (1 s doubling
-  to 10 s, virtual time); with no such change it is retried every 5 minutes;
+- the scheduling queue (`queue.py`) fed with queueing hints: a pod that fits nowhere waits
+  until something changes that could help it (a node added or changed, or a bound pod
+  deleted or finished, such that the pod now passes the filters on that node), then retries
+  after its back-off; with no such change it is retried every 5 minutes;
 - the writes kube-scheduler and the apiserver make: binding (spec.nodeName with the
   PodScheduled=True condition, in one write), `PodScheduled=False/Unschedulable` with the
   message, `status.nominatedNodeName`, `Scheduled` / `FailedScheduling` / `Preempted` events,
@@ -21,8 +20,6 @@ Scoring: LeastAllocated by default (spreads pods, so GPUs fragment as in real cl
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import logging
 import time
 from dataclasses import dataclass
@@ -43,39 +40,15 @@ from .filters import (
     truncate_event_message,
 )
 from .preemption import Budget
+from .queue import IN_FLIGHT, UNSCHEDULABLE, QueuedPod, SchedulingQueue
 
 log = logging.getLogger("gpuops.simcluster.scheduler")
 
 SCHEDULER_NAME = "default-scheduler"
 SCORING_STRATEGIES = ("LeastAllocated", "MostAllocated")
-INITIAL_BACKOFF_S = 1.0  # kube-scheduler's podInitialBackoffSeconds
-MAX_BACKOFF_S = 10.0  # podMaxBackoffSeconds
-UNSCHEDULABLE_MAX_WAIT_S = 300.0  # podMaxInUnschedulablePodsDuration
-FLUSH_PERIOD_S = 30.0  # how often that wait is checked
 BATCH_BUDGET_REAL_S = 0.05  # then let the API server answer requests
 IDLE_WAIT_REAL_S = 0.25  # notice clock jumps (`/admin/clock`) at least this often
 HINT_CHECK_BUDGET = 50_000  # (unschedulable pods x changed nodes) checked one by one
-
-ACTIVE, BACKOFF, UNSCHEDULABLE, IN_FLIGHT, GONE = "active", "backoff", "unschedulable", \
-    "in-flight", "gone"
-
-
-def backoff_s(attempts: int) -> float:
-    """1 s after the first failed attempt, doubling, at most 10 s."""
-    if attempts <= 0:
-        return 0.0
-    return min(INITIAL_BACKOFF_S * 2 ** (attempts - 1), MAX_BACKOFF_S)
-
-
-@dataclass(eq=False)
-class QueuedPod:
-    info: PodInfo
-    queued_at: float  # orders pods of equal priority, oldest first
-    attempts: int = 0
-    last_attempt: float = 0.0
-    state: str = ACTIVE
-    backoff_until: float = 0.0
-
 
 def set_pod_condition(status: dict[str, Any], condition: dict[str, Any], now: str) -> None:
     """Like the apiserver's UpdatePodCondition: replace the condition of that type, keeping
@@ -119,14 +92,9 @@ class Scheduler:
         self.pdbs_type = self.store.type("poddisruptionbudgets", "policy")
         self.view = ClusterView()
         self._bound: dict[PodKey, str] = {}  # bound, not finished pod -> its node
-        self._queued: dict[PodKey, QueuedPod] = {}  # pending pods this scheduler owns
-        self._active: list[tuple[int, float, int, PodKey]] = []  # heap
-        self._backoff: list[tuple[float, int, PodKey]] = []  # heap
-        self._unschedulable: set[PodKey] = set()
+        self.queue = SchedulingQueue(self.clock.time(), self._wake)
         self._node_fields: dict[str, tuple[Any, ...]] = {}
-        self._seq = itertools.count()
         self._changed_nodes: set[str] = set()  # since unschedulable pods were last looked at
-        self._last_flush = self.clock.time()
         self._waiter: asyncio.Future[None] | None = None  # the idle loop's, while it sleeps
         for node in self.store.list(self.nodes_type):
             self._on_node(self.nodes_type, "ADDED", node, None)
@@ -185,18 +153,18 @@ class Scheduler:
                 or spec.get("schedulerName", SCHEDULER_NAME) != SCHEDULER_NAME):
             self._dequeue(key)
             return
-        entry = self._queued.get(key)
+        entry = self.queue.get(key)
         if entry is None or entry.info.uid != meta.get("uid", ""):
             if entry is not None:
                 self._dequeue(key)
             entry = QueuedPod(PodInfo.from_pod(pod), self.clock.time())
-            self._queued[key] = entry
+            self.queue.add(entry)
             self.view.nominate(entry.info, entry.info.nominated_node)
-            self._activate(entry)
+            self.queue.activate(entry)
         elif old is not None and spec != (old.get("spec") or {}):
             entry.info = PodInfo.from_pod(pod)  # e.g. tolerations added: decide again
             self.view.nominate(entry.info, entry.info.nominated_node)
-            self._activate(entry)
+            self.queue.activate(entry)
         else:
             nominated = entry.info.nominated_node
             entry.info.update_state(pod)
@@ -204,54 +172,24 @@ class Scheduler:
                 self.view.nominate(entry.info, entry.info.nominated_node)
 
     def _dequeue(self, key: PodKey) -> QueuedPod | None:
-        entry = self._queued.pop(key, None)
-        if entry is not None:
-            entry.state = GONE
-            self._unschedulable.discard(key)
-            if entry.info.nominated_node:  # the room it held there is free for others
-                self.view.nominate(entry.info, "")
-                self._something_changed(entry.info.nominated_node)
+        entry = self.queue.remove(key)
+        if entry is not None and entry.info.nominated_node:
+            # the room it held there is free for others
+            self.view.nominate(entry.info, "")
+            self._something_changed(entry.info.nominated_node)
         return entry
 
     def _something_changed(self, node: str) -> None:
         self._changed_nodes.add(node)
-        if self._unschedulable:
+        if self.queue.has_unschedulable():
             self._wake()
 
-    # --- the queue ---------------------------------------------------------------------------
-
-    def _activate(self, entry: QueuedPod) -> None:
-        if entry.state == IN_FLIGHT:
-            return
-        self._unschedulable.discard(entry.info.key)
-        entry.state = ACTIVE
-        heapq.heappush(self._active, (-entry.info.priority, entry.queued_at, next(self._seq),
-                                      entry.info.key))
-        self._wake()
-
-    def _requeue(self, entry: QueuedPod, now: float) -> None:
-        """Back to the queue after a change: now if its back-off is over, else when it is."""
-        until = entry.last_attempt + backoff_s(entry.attempts)
-        if until <= now:
-            self._activate(entry)
-            return
-        self._unschedulable.discard(entry.info.key)
-        entry.state, entry.backoff_until = BACKOFF, until
-        heapq.heappush(self._backoff, (until, next(self._seq), entry.info.key))
+    # --- what to try next --------------------------------------------------------------------
 
     def _release(self, now: float) -> None:
         if self._changed_nodes:
             self._requeue_helped(now)
-        if now - self._last_flush >= FLUSH_PERIOD_S:
-            self._last_flush = now
-            for key in [k for k in self._unschedulable
-                        if now - self._queued[k].last_attempt >= UNSCHEDULABLE_MAX_WAIT_S]:
-                self._requeue(self._queued[key], now)
-        while self._backoff and self._backoff[0][0] <= now:
-            until, _, key = heapq.heappop(self._backoff)
-            entry = self._queued.get(key)
-            if entry is not None and entry.state == BACKOFF and entry.backoff_until == until:
-                self._activate(entry)
+        self.queue.release_due(now)
 
     def _requeue_helped(self, now: float) -> None:
         """Requeue the unschedulable pods that now pass the filters on a changed node, as
@@ -260,40 +198,33 @@ class Scheduler:
         changed = [self.view.nodes[n] for n in self._changed_nodes
                    if n in self.view.nodes and self.view.nodes[n].present]
         self._changed_nodes.clear()
-        if not changed or not self._unschedulable:
+        waiting = self.queue.unschedulable()
+        if not changed or not waiting:
             return
-        everything = len(changed) * len(self._unschedulable) > HINT_CHECK_BUDGET
+        everything = len(changed) * len(waiting) > HINT_CHECK_BUDGET
         nominated = self.view.nominated
-        for key in list(self._unschedulable):
-            entry = self._queued[key]
+        for entry in waiting:
             if everything or any(filter_node(entry.info, node, nominated.get(node.name)) is None
                                  for node in changed):
-                self._requeue(entry, now)
-
-    def _next_active(self) -> QueuedPod | None:
-        while self._active:
-            _, _, _, key = heapq.heappop(self._active)
-            entry = self._queued.get(key)
-            if entry is not None and entry.state == ACTIVE:
-                return entry
-        return None
+                self.queue.requeue(entry, now)
 
     def _idle_wait_s(self, now: float) -> float:
         wait = IDLE_WAIT_REAL_S
-        if self._backoff:
-            wait = min(wait, (self._backoff[0][0] - now) / self.clock.speed)
+        backoff_at = self.queue.next_backoff_at()
+        if backoff_at is not None:
+            wait = min(wait, (backoff_at - now) / self.clock.speed)
         return max(wait, 0.005)
 
     async def run(self) -> None:
         now = self.clock.time()
-        for entry in list(self._queued.values()):  # restarted after a crash mid-attempt
+        for entry in self.queue.entries():  # restarted after a crash mid-attempt
             if entry.state == IN_FLIGHT:
                 entry.state = UNSCHEDULABLE
-                self._requeue(entry, now)
+                self.queue.requeue(entry, now)
         while True:
             now = self.clock.time()
             self._release(now)
-            if self._active:
+            if self.queue.has_active():
                 self._schedule_batch()
                 await asyncio.sleep(0)  # let the API server answer between batches
                 continue
@@ -319,7 +250,7 @@ class Scheduler:
     def _schedule_batch(self) -> None:
         deadline = time.monotonic() + BATCH_BUDGET_REAL_S
         while time.monotonic() < deadline:
-            entry = self._next_active()
+            entry = self.queue.pop()
             if entry is None:
                 return
             self._attempt(entry)
@@ -349,8 +280,7 @@ class Scheduler:
             log.warning("scheduling %s/%s: %s %s; will retry", info.namespace, info.name,
                         e.code, e.message)
         if entry.state == IN_FLIGHT:
-            entry.state = UNSCHEDULABLE
-            self._unschedulable.add(info.key)
+            self.queue.mark_unschedulable(entry)
 
     def _current(self, info: PodInfo) -> dict[str, Any] | None:
         pod = self.store.find(self.pods_type, info.namespace, info.name)
@@ -423,9 +353,9 @@ class Scheduler:
                                   lambda p: (p.get("status") or {}).pop("nominatedNodeName",
                                                                         None),
                                   subresource="status")
-            entry = self._queued.get(other.key)
+            entry = self.queue.get(other.key)
             if entry is not None:
-                self._activate(entry)
+                self.queue.activate(entry)
 
     # --- PodDisruptionBudgets, read only when preemption is tried ------------------------------
 
