@@ -104,11 +104,13 @@ class SimCluster:
             self.controllers.append(metrics)
         api = ApiServer(store, clock, self.logs, self.faults,
                         has_dependents=None if owners is None else owners.has_dependents)
+
+        def load_scenario(text: str, source: str) -> dict[str, int]:
+            """Into the running cluster: its knobs were applied at startup and stay."""
+            return apply_scenario(store, pools, parse_scenario(text, source))
+
         app = web.Application(middlewares=[api.middleware], client_max_size=64 * 1024 * 1024)
-        AdminApi(store, clock, self.faults, self.name,
-                 lambda text, source: apply_scenario(store, pools,
-                                                     parse_scenario(text, source))
-                 ).add_routes(app)
+        AdminApi(store, clock, self.faults, self.name, load_scenario).add_routes(app)
         app.router.add_get("/metrics", metrics.handle)
         api.add_routes(app)
         return app

@@ -1,8 +1,10 @@
 """kube-apiserver's HTTP entry: the middleware, routing to a handler, and the write verbs.
 
 Only the HTTP shape lives here; semantics (versions, conflicts, watch history) are the
-store's, admission defaults are `core/admission.py`'s, lists are `lists.py`'s, watches
-`watch.py`'s, deletion `deletion.py`'s, pod subresources `pods.py`'s.
+store's, what differs per resource its strategy's (`core/registry/`, through
+`core/admission.py`), lists are `lists.py`'s, watches `watch.py`'s, deletion `deletion.py`'s,
+pod subresources `pods.py`'s. A bad request it detects is a 400 naming what is wrong; an
+exception from simcluster's own code is a 500 InternalError, as kube-apiserver answers.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Stored objects are never mutated in place: every write stores a new dict. Readers (the HTTP
 layer, the controllers) may therefore hold a reference without copying, and must not mutate it.
+What differs per resource (graceful deletion, whose status a write keeps) is the resource
+type's strategy's (`registry/`). In-process components follow changes through listeners, each
+for the types it names, as informers do.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The work loop every workload controller shares, shaped like client-go's workqueue.
+"""The work loop the workload controllers and the kubelet share, shaped like client-go's
+workqueue.
 
 Store listeners mark the keys a change touches (dirty set, deduplicated); timers wake a key at
 a virtual time (minReadySeconds, progress deadlines, Job back-off, TTLs); the loop syncs each
