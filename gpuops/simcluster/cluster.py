@@ -21,7 +21,6 @@ from aiohttp import web
 
 from .admin import AdminApi
 from .apiserver.server import ApiServer
-from .cloud.aws import AwsPoolSync
 from .cloud.nodepools import NodePoolController
 from .cloud.pools import NodePools
 from .config import DEFAULT_CLUSTER_NAME, Knobs, SimConfig
@@ -138,6 +137,8 @@ class SimCluster:
         lifecycle.register_faults(self.faults)
         controllers: list[Controller] = [pool_controller, lifecycle]
         if config.aws_endpoint:
+            from .cloud.aws import AwsPoolSync  # boto3 (~11 MB) only when AWS backs pools
+
             controllers.append(AwsPoolSync(clock, pool_controller, config.aws_endpoint,
                                            config.aws_poll_seconds))
         return controllers
