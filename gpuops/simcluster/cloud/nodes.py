@@ -1,4 +1,4 @@
-"""Node objects as an EKS GPU_RESOURCE node's kubelet registers them, built from a pool.
+"""Node objects as an EKS GPU node's kubelet registers them, built from a pool.
 
 Pure: no store, no clock. The node pool controller decides *when* a node registers, turns
 Ready or gets its GPUs advertised; this module knows what each of those looks like on the Node
