@@ -32,7 +32,7 @@ os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 import pytest
 from kubernetes import client, config
 
-from gpuops.simcluster.server import SimConfig
+from gpuops.simcluster.config import SimConfig
 from gpuops.simcluster.testing import SimClusterThread
 
 

@@ -173,7 +173,7 @@ def test_up_refuses_to_start_twice_in_the_same_home(tmp_path: Path) -> None:
 # --- sim fault: kinds, targets, errors a person can act on ------------------------------------
 
 def test_sim_fault_list_prints_every_kind_with_what_it_does_and_its_parameters() -> None:
-    from gpuops.simcluster.admin import fault_catalog
+    from gpuops.simcluster.cluster import fault_catalog
 
     result = runner.invoke(app, ["sim", "fault", "--list"])
 
@@ -186,7 +186,7 @@ def test_sim_fault_list_prints_every_kind_with_what_it_does_and_its_parameters()
 
 
 def test_the_sim_fault_help_names_only_kinds_that_exist() -> None:
-    from gpuops.simcluster.admin import fault_catalog
+    from gpuops.simcluster.cluster import fault_catalog
 
     result = runner.invoke(app, ["sim", "fault", "--help"], env={"COLUMNS": "300"})
     text = " ".join(result.stdout.replace("│", " ").split())
@@ -203,7 +203,7 @@ def default_cluster(tmp_path: Path):
     """simcluster with the default scenario (what `gpuops up` starts)."""
     from kubernetes import client, config
 
-    from gpuops.simcluster.server import SimConfig
+    from gpuops.simcluster.config import SimConfig
     from gpuops.simcluster.testing import SimClusterThread
     from tests.helpers import wait_for
 

@@ -14,8 +14,8 @@ from gpuops.common.labels import (
     labels_match,
     parse_label_selector,
 )
-from gpuops.simcluster.errors import ApiError
-from gpuops.simcluster.selectors import parse_label_selector as simcluster_parse
+from gpuops.simcluster.core.errors import ApiError
+from gpuops.simcluster.core.selectors import parse_label_selector as simcluster_parse
 from gpuops.tasks.diagnose import diagnose
 from gpuops.tasks.restart_filters import skip_reason
 from tests import restart_fixtures as fx

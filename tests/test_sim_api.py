@@ -460,7 +460,7 @@ def test_integers_beyond_their_go_type_are_refused_with_the_field_path(sim, ns):
 def test_a_list_leaves_out_an_object_it_cannot_encode_instead_of_failing():
     """The last line behind validation on write: one odd stored object must not make every
     LIST fail."""
-    from gpuops.simcluster.apiserver import list_response
+    from gpuops.simcluster.apiserver.codecs import list_response
 
     good = {"metadata": {"name": "a"}}
     odd = {"metadata": {"name": "b"}, "status": {"restartCount": 2**70}}

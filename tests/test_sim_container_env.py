@@ -9,8 +9,8 @@ import base64
 import pytest
 from kubernetes import client
 
-from gpuops.simcluster.kubeletenv import config_values, container_environment, expand
-from gpuops.simcluster.kubeletspec import ConfigRef, parse_env
+from gpuops.simcluster.kubelet.env import config_values, container_environment, expand
+from gpuops.simcluster.kubelet.spec import ConfigRef, parse_env
 from tests.helpers import wait_for
 
 NS = "default"

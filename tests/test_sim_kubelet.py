@@ -13,7 +13,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from gpuops.simcluster.backoff import BackoffEntry, after_restart, delay_before_restart, go_duration
+from gpuops.simcluster.kubelet.backoff import (
+    BackoffEntry,
+    after_restart,
+    delay_before_restart,
+    go_duration,
+)
 from tests.helpers import wait_for
 
 NS = "default"
@@ -127,10 +132,10 @@ class _QuietWorld:
 
 
 def test_a_ten_minute_clock_jump_replays_the_crash_loop_at_its_own_times():
-    from gpuops.simcluster.containerlogs import LogContext
-    from gpuops.simcluster.kubeletspec import pod_spec_view
-    from gpuops.simcluster.podlifecycle import advance
-    from gpuops.simcluster.podruntime import Fault, Outbox, new_pod_runtime
+    from gpuops.simcluster.kubelet.containerlogs import LogContext
+    from gpuops.simcluster.kubelet.lifecycle import advance
+    from gpuops.simcluster.kubelet.runtime import Fault, Outbox, new_pod_runtime
+    from gpuops.simcluster.kubelet.spec import pod_spec_view
 
     view = pod_spec_view({"metadata": {}, "spec": {"containers": [
         {"name": "app", "image": "ghcr.io/acme/api:1.4.2"}]}})

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuops.simcluster.serving import (
+from gpuops.simcluster.metrics.serving import (
     Backend,
     Degradation,
     DemandCurve,

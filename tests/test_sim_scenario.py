@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gpuops.simcluster.server import SimConfig
+from gpuops.simcluster.config import SimConfig
 from gpuops.simcluster.testing import SimClusterThread
 
 pytestmark = pytest.mark.timeout(120)

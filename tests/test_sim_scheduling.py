@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from gpuops.simcluster.preemption import (
-    Budget,
-    Candidate,
-    pick_one_node,
-    select_victims_on_node,
-    split_by_budget,
-)
-from gpuops.simcluster.scheduling import (
+from gpuops.simcluster.core.selectors import selector_from_spec
+from gpuops.simcluster.scheduler.cycle import Bind, ClusterView, Preempt, schedule_one
+from gpuops.simcluster.scheduler.filters import (
     UNRESOLVABLE,
     UNSCHEDULABLE,
     NodeInfo,
@@ -19,8 +14,13 @@ from gpuops.simcluster.scheduling import (
     num_feasible_nodes_to_find,
     pod_requests,
 )
-from gpuops.simcluster.scheduling_cycle import Bind, ClusterView, Preempt, schedule_one
-from gpuops.simcluster.selectors import selector_from_spec
+from gpuops.simcluster.scheduler.preemption import (
+    Budget,
+    Candidate,
+    pick_one_node,
+    select_victims_on_node,
+    split_by_budget,
+)
 
 
 def container(name: str, restart: str | None = None, **requests: str) -> dict:

@@ -638,7 +638,7 @@ def _pdb(**spec) -> dict:
     ({"maxUnavailable": 0}, None, (4, 2, 4, 0)),  # no scale given: the covered pods
 ])
 def test_pdb_budget_counts_ready_covered_pods_against_the_rounded_budget(spec, scale, expected):
-    from gpuops.simcluster.disruption import pdb_budget
+    from gpuops.simcluster.core.pdb import pdb_budget
 
     pods = [_pod("a1", ready=True), _pod("a2", ready=True), _pod("a3", ready=False),
             _pod("a4", ready=True, deleting=True), _pod("b1", ready=True, labels={"app": "b"}),
@@ -649,7 +649,7 @@ def test_pdb_budget_counts_ready_covered_pods_against_the_rounded_budget(spec, s
 
 
 def test_pdb_budget_allows_what_exceeds_the_desired_and_holds_recent_evictions():
-    from gpuops.simcluster.disruption import pdb_budget
+    from gpuops.simcluster.core.pdb import pdb_budget
 
     pods = [_pod(f"a{i}", ready=True) for i in range(4)]
     assert pdb_budget(_pdb(minAvailable=2), pods)["disruptionsAllowed"] == 2
@@ -669,7 +669,7 @@ def test_pdb_budget_allows_what_exceeds_the_desired_and_holds_recent_evictions()
     ("50%", "50%", 1, (1, 0)),
 ])
 def test_rolling_update_fenceposts_round_as_kube_does(surge, unavailable, replicas, expected):
-    from gpuops.simcluster.rollout import resolve_fenceposts
+    from gpuops.simcluster.controllers.rollout import resolve_fenceposts
 
     d = {"spec": {"replicas": replicas, "strategy": {"type": "RollingUpdate", "rollingUpdate": {
         "maxSurge": surge, "maxUnavailable": unavailable}}}}
@@ -677,7 +677,7 @@ def test_rolling_update_fenceposts_round_as_kube_does(surge, unavailable, replic
 
 
 def test_the_pod_template_hash_is_deterministic_and_safe_encoded():
-    from gpuops.simcluster.rollout import pod_template_hash
+    from gpuops.simcluster.controllers.rollout import pod_template_hash
 
     template = {"metadata": {"labels": {"app": "a"}}, "spec": {"containers": [
         {"name": "m", "image": "x:1"}]}}
@@ -689,7 +689,7 @@ def test_the_pod_template_hash_is_deterministic_and_safe_encoded():
 
 
 def test_completed_indexes_use_the_range_notation():
-    from gpuops.simcluster.jobs import format_indexes, parse_indexes
+    from gpuops.simcluster.controllers.job import format_indexes, parse_indexes
 
     assert format_indexes({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
     assert parse_indexes("0-2,5,7-8") == {0, 1, 2, 5, 7, 8}

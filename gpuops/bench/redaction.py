@@ -199,7 +199,7 @@ def end_to_end_figures(corpus: list[Credential], tmp: Path, seed: int, *, speed:
     from kubernetes import client, config
 
     from gpuops.sensors.cluster_watcher import ClusterWatcher
-    from gpuops.simcluster.server import SimConfig
+    from gpuops.simcluster.config import SimConfig
     from gpuops.simcluster.testing import SimClusterThread
     from gpuops.tasks.kube import Kube
 

@@ -8,7 +8,8 @@ import signal
 from pathlib import Path
 
 from gpuops.simcluster.bulk import populate, register_churn
-from gpuops.simcluster.server import SimCluster, SimConfig
+from gpuops.simcluster.cluster import SimCluster
+from gpuops.simcluster.config import SimConfig
 
 
 async def _main(nodes: int, pods: int, kubeconfig: Path) -> None:

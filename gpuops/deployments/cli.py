@@ -156,7 +156,7 @@ def sim_fault(
     from gpuops.deployments.simadmin import format_fault_kinds, parse_params
 
     if list_kinds:
-        from gpuops.simcluster.admin import fault_catalog
+        from gpuops.simcluster.cluster import fault_catalog
 
         typer.echo(format_fault_kinds(fault_catalog()), nl=False)
         return

@@ -35,8 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuops.simcluster.scenario import parse_scenario, scenario_text
-from gpuops.simcluster.serving import (
+from gpuops.simcluster.metrics.serving import (
     LENGTH_SHARE,
     DemandModel,
     PoolKey,
@@ -44,7 +43,8 @@ from gpuops.simcluster.serving import (
     model_demand,
     split_demand,
 )
-from gpuops.simcluster.servingindex import ANN_MODEL, route_rules
+from gpuops.simcluster.metrics.servingindex import ANN_MODEL, route_rules
+from gpuops.simcluster.scenario import parse_scenario, scenario_text
 
 HISTORY_POD = "history"
 DEFAULT_LEAD_S = 300.0

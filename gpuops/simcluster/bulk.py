@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from .clock import rfc3339
-from .faults import FaultParams
+from .core.clock import rfc3339
+from .core.faults import FaultParams
 
 if TYPE_CHECKING:
-    from .server import SimCluster
+    from .cluster import SimCluster
 
 
 class ChurnParams(FaultParams):

@@ -14,24 +14,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError
 
 from gpuops.common.yamlsource import YamlDocument
 
-from . import errors
-from .admission import admit_create
-from .nodepools import DNS_LABEL, NodePool, SpecModel, pools_of, register_node
-from .resources import ResourceType
-from .serving import DemandModel
-
-if TYPE_CHECKING:
-    from .server import SimCluster
+from .cloud.pools import DNS_LABEL, NodePool, NodePools
+from .config import DEFAULT_CLUSTER_NAME, Knobs
+from .core import errors
+from .core.admission import admit_create
+from .core.resources import ResourceType
+from .core.specmodel import SpecModel
+from .core.store import Store
+from .metrics.serving import DemandModel
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
-DEFAULT_CLUSTER_NAME = "sim"  # SimConfig's default: a scenario's cluster.name replaces it
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 
 Loc = tuple[str | int, ...]
@@ -67,8 +66,8 @@ class Scenario(SpecModel):
     objects: list[dict[str, Any]] = Field(default_factory=list)
     # per model: {baseRps, peakRps, peakHourUtc, weekendFactor}, read by the metrics engine
     demand: dict[str, Any] = Field(default_factory=dict)
-    # knobs for the simulated components, merged into cluster.config.extra
-    sim: dict[str, Any] = Field(default_factory=dict)
+    # knobs for the simulated components, over SimConfig's at startup (config.py)
+    sim: Knobs = Field(default_factory=Knobs)
 
 
 # --- errors with lines -------------------------------------------------------------------------
@@ -209,17 +208,10 @@ def scenario_text(name_or_path: str) -> tuple[str, str]:
     return path.read_text(), (path.name if path == shipped else str(path))
 
 
-def load_scenario(cluster: SimCluster, name_or_path: str, *,
-                  at_startup: bool = True) -> dict[str, int]:
-    text, source = scenario_text(name_or_path)
-    return load_scenario_text(cluster, text, source, at_startup=at_startup)
-
-
-def load_scenario_text(cluster: SimCluster, text: str, source: str = "<scenario>", *,
-                       at_startup: bool = False) -> dict[str, int]:
-    """Create a scenario's contents in `cluster`; at startup its cluster name applies too."""
-    parsed = parse_scenario(text, source)
-    return _Loader(cluster, parsed).apply(at_startup=at_startup)
+def apply_scenario(store: Store, pools: NodePools, parsed: ParsedScenario) -> dict[str, int]:
+    """Create a scenario's contents (namespaces, priority classes, pools and their nodes,
+    objects): all of it, or none of it and a ScenarioError. Returns what was created."""
+    return _Loader(store, pools, parsed).apply()
 
 
 @dataclass
@@ -231,9 +223,9 @@ class _Planned:
 
 
 class _Loader:
-    def __init__(self, cluster: SimCluster, parsed: ParsedScenario) -> None:
-        self.cluster = cluster
-        self.store = cluster.store
+    def __init__(self, store: Store, pools: NodePools, parsed: ParsedScenario) -> None:
+        self.store = store
+        self.pools = pools
         self.parsed = parsed
         self.s = parsed.scenario
         self.created: list[tuple[ResourceType, str | None, str]] = []
@@ -285,19 +277,16 @@ class _Loader:
             if existing is not None and existing.get("value") != pc.value:
                 problems.append(Problem(("priorityClasses", i, "value"), f"PriorityClass "
                                         f"{pc.name!r} exists with value {existing.get('value')}"))
-        known = pools_of(self.cluster)
+        known = self.pools.by_name
         problems += [Problem(("pools", i, "name"), f"pool {p.name!r} already exists")
                      for i, p in enumerate(self.s.pools) if p.name in known]
         return problems
 
-    def apply(self, *, at_startup: bool) -> dict[str, int]:
+    def apply(self) -> dict[str, int]:
         planned, problems = self._plan_objects()
         problems = self._cluster_problems() + problems
         if problems:
             raise self.parsed.error(problems)
-        config = self.cluster.config
-        if at_startup and config.cluster_name == DEFAULT_CLUSTER_NAME:
-            config.cluster_name = self.s.cluster.name
         where: Loc = ()
         nodes = 0
         try:
@@ -315,11 +304,11 @@ class _Loader:
             nodes_type = self.store.type("nodes")
             for i, pool in enumerate(self.s.pools):
                 where = ("pools", i)
-                pools_of(self.cluster)[pool.name] = pool
+                self.pools.by_name[pool.name] = pool
                 self.added_pools.append(pool.name)
                 for n in range(pool.desired_size):
-                    node = register_node(self.cluster, pool, ready=True,
-                                         zone=pool.zones[n % len(pool.zones)])
+                    node = self.pools.register_node(pool, ready=True,
+                                                    zone=pool.zones[n % len(pool.zones)])
                     self.created.append((nodes_type, None, node["metadata"]["name"]))
                     nodes += 1
             for item in planned:
@@ -333,22 +322,17 @@ class _Loader:
         except errors.ApiError as e:
             self._roll_back()
             raise self.parsed.error([Problem(where, e.message)]) from e
-        config.extra.update(self.s.sim)
-        if self.s.demand:
-            config.extra.setdefault("demand", {}).update(self.s.demand)
         return {"namespaces": len(self.s.namespaces), "priorityClasses":
                 len(self.s.priority_classes), "pools": len(self.s.pools), "nodes": nodes,
                 "objects": len(planned)}
 
     def _create(self, rt: ResourceType, namespace: str | None, body: dict[str, Any]) -> None:
-        body = admit_create(self.cluster, rt, body, namespace)
+        body = admit_create(self.store, rt, body)
         obj = self.store.create(rt, body, namespace)
         self.created.append((rt, namespace, obj["metadata"]["name"]))
-        if rt.key == "apiextensions.k8s.io/customresourcedefinitions":
-            self.store.registry.register_crd(obj)
 
     def _roll_back(self) -> None:
         for rt, namespace, name in reversed(self.created):
             self.store.finalize_deletion(rt, namespace, name)
         for name in self.added_pools:
-            pools_of(self.cluster).pop(name, None)
+            self.pools.by_name.pop(name, None)

@@ -12,7 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .server import SimCluster, SimConfig
+from .cluster import SimCluster
+from .config import SimConfig
 
 
 class SimClusterThread:

@@ -1,0 +1,1 @@
+"""kube-apiserver: the Kubernetes REST API over HTTP."""

@@ -1,0 +1,35 @@
+"""The `scale` subresource (autoscaling/v1 Scale) of Deployments, ReplicaSets, StatefulSets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from ..core import errors
+from ..core.store import Store
+from .codecs import json_response
+from .routing import Target
+
+
+def scale_of(obj: dict) -> dict[str, Any]:
+    meta = obj["metadata"]
+    selector = (obj.get("spec") or {}).get("selector") or {}
+    match = ",".join(f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items())
+    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {"name": meta["name"], "namespace": meta.get("namespace"),
+                         "uid": meta["uid"], "resourceVersion": meta["resourceVersion"],
+                         "creationTimestamp": meta["creationTimestamp"]},
+            "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
+            "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
+                       "selector": match}}
+
+
+def set_scale(store: Store, t: Target, replicas: Any) -> web.Response:
+    if not isinstance(replicas, int) or replicas < 0:
+        raise errors.invalid("Scale", t.name or "", "spec.replicas",
+                             f"Invalid value: {replicas!r}: must be greater than or "
+                             "equal to 0")
+    obj = store.mutate(t.rtype, t.namespace, t.name or "",
+                       lambda o: o.setdefault("spec", {}).update(replicas=replicas))
+    return json_response(scale_of(obj))

@@ -1,0 +1,200 @@
+"""kube-apiserver's HTTP entry: the middleware, routing to a handler, and the write verbs.
+
+Only the HTTP shape lives here; semantics (versions, conflicts, watch history) are the
+store's, what differs per resource its strategy's (`core/registry/`, through
+`core/admission.py`), lists are `lists.py`'s, watches `watch.py`'s, deletion `deletion.py`'s,
+pod subresources `pods.py`'s. A bad request it detects is a 400 naming what is wrong; an
+exception from simcluster's own code is a 500 InternalError, as kube-apiserver answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from ..core import errors
+from ..core.admission import admit_create, admit_update
+from ..core.clock import VirtualClock
+from ..core.faults import FaultRegistry
+from ..core.intfields import check_integer_fields
+from ..core.logs import LogStore
+from ..core.patching import apply_patch
+from ..core.store import Store
+from . import discovery
+from .codecs import check_kind, dry_run, error_response, json_response, read_body
+from .deletion import Deletion
+from .faults import ApiFaults, register_api_faults
+from .lists import Lister
+from .pods import PodSubresources
+from .routing import Target, not_found, resolve
+from .scale import scale_of, set_scale
+from .watch import watch
+
+# Requests the API's own faults never touch: the simulator's admin API and the metrics.
+NOT_KUBERNETES = ("/admin", "/metrics")
+log = logging.getLogger("gpuops.simcluster.apiserver")
+
+
+class ApiServer:
+    def __init__(self, store: Store, clock: VirtualClock, logs: LogStore,
+                 faults: FaultRegistry, *,
+                 has_dependents: Callable[[str], bool] | None = None) -> None:
+        """`has_dependents(uid)`: the garbage collector's owner index (None: no collector
+        runs, so Orphan and Foreground deletion hold nothing back)."""
+        self.store = store
+        self.faults = ApiFaults()
+        self.lister = Lister(store)
+        self.deletion = Deletion(store, self.lister, has_dependents)
+        self.pods = PodSubresources(store, clock, logs)
+        register_api_faults(faults, self.faults, store)
+
+    def add_routes(self, app: web.Application) -> None:
+        """Every path not routed before: register it last."""
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+
+    # --- entry point ---------------------------------------------------------------------------
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if not request.path.startswith(NOT_KUBERNETES):
+            try:
+                await self.faults.before_request(request.method, request.path)
+            except errors.ApiError as e:
+                return error_response(e)
+        try:
+            return await handler(request)
+        except errors.ApiError as e:
+            return error_response(e)  # including a bad request, detected as such
+        except web.HTTPException:
+            raise  # aiohttp's own answers (a method its router does not allow)
+        except Exception as e:  # a bug of simcluster's, not of the request
+            log.exception("%s %s failed inside simcluster", request.method, request.path)
+            return error_response(errors.internal(
+                f"simcluster failed on {request.method} {request.path}: "
+                f"{type(e).__name__}: {e}"))
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        if parts == ["version"]:
+            return json_response(discovery.VERSION_INFO)
+        if parts in (["healthz"], ["readyz"], ["livez"]):
+            return web.Response(text="ok")
+        registry = self.store.registry
+        if parts == ["api"]:
+            return json_response(discovery.api_versions(request.host))
+        if parts == ["apis"]:
+            return json_response(discovery.api_group_list(registry))
+        if parts[:1] == ["api"] and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 2:
+            if len(parts) == 2:
+                doc = discovery.api_group(registry, parts[1])
+                if doc is None:
+                    raise not_found()
+                return json_response(doc)
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise not_found()
+        if not rest:
+            doc = discovery.api_resource_list(registry, group, version)
+            if doc is None:
+                raise not_found()
+            return json_response(doc)
+        target = resolve(registry, group, version, rest)
+        if request.query.get("watch") in ("true", "1"):
+            target.watch = True
+        return await self._dispatch(request, target)
+
+    async def _dispatch(self, request: web.Request, t: Target) -> web.StreamResponse:
+        method = request.method
+        if t.name is None:
+            if method == "GET":
+                return await (watch(self.store, request, t) if t.watch
+                              else self.lister.list(request, t))
+            if method == "POST":
+                return await self.create(request, t)
+            if method == "DELETE":
+                return await self.deletion.delete_collection(request, t)
+        elif t.subresource in (None, "status", "scale", "finalize"):
+            if method == "GET":
+                obj = self.store.get(t.rtype, t.namespace, t.name)
+                return json_response(scale_of(obj) if t.subresource == "scale" else obj)
+            if method == "PUT":
+                return await self.replace(request, t)
+            if method == "PATCH":
+                return await self.patch(request, t)
+            if method == "DELETE" and t.subresource is None:
+                return await self.deletion.delete(request, t)
+        elif t.subresource == "log" and method == "GET":
+            return await self.pods.read_log(request, t.namespace or "", t.name)
+        elif t.subresource == "eviction" and method == "POST":
+            return self.pods.evict(await read_body(request), t.namespace or "", t.name)
+        elif t.subresource == "binding" and method == "POST":
+            return self.pods.bind(await read_body(request), t.namespace or "", t.name)
+        raise errors.method_not_allowed(f"the server does not allow this method on the "
+                                        f"requested resource ({method} {request.path})")
+
+    # --- writes --------------------------------------------------------------------------------
+
+    async def create(self, request: web.Request, t: Target) -> web.Response:
+        body = await read_body(request)
+        if not isinstance(body, dict):
+            raise errors.bad_request("the request body must be a JSON object")
+        if t.rtype.strategy.binds_pod:
+            name = (body.get("metadata") or {}).get("name", "")
+            return self.pods.bind(body, t.namespace or "", name)
+        check_kind(t.rtype, body)
+        body = admit_create(self.store, t.rtype, body)
+        if dry_run(request):
+            check_integer_fields(t.rtype.key, t.rtype.kind, body)  # the store checks the rest
+            return json_response(body, 201)
+        return json_response(self.store.create(t.rtype, body, t.namespace), 201)
+
+    async def replace(self, request: web.Request, t: Target) -> web.Response:
+        assert t.name is not None
+        body = await read_body(request)
+        if not isinstance(body, dict):
+            raise errors.bad_request("the request body must be a JSON object")
+        if t.subresource == "scale":
+            return set_scale(self.store, t, (body.get("spec") or {}).get("replicas"))
+        check_kind(t.rtype, body)
+        old = self.store.get(t.rtype, t.namespace, t.name)
+        body = admit_update(t.rtype, old, body)
+        if dry_run(request):
+            check_integer_fields(t.rtype.key, t.rtype.kind, body)
+            return json_response(body)
+        return json_response(self.store.replace(t.rtype, t.namespace, t.name, body,
+                                                subresource=t.subresource))
+
+    async def patch(self, request: web.Request, t: Target) -> web.Response:
+        assert t.name is not None
+        patch = await read_body(request)
+        ctype = request.headers.get("Content-Type", "")
+        if "strategic-merge-patch" in ctype and not t.rtype.builtin:
+            raise errors.ApiError(415, "UnsupportedMediaType", "the body of the request was in "
+                                  "an unknown format - accepted media types include: "
+                                  "application/json-patch+json, application/merge-patch+json, "
+                                  "application/apply-patch+yaml")
+        old = self.store.get(t.rtype, t.namespace, t.name)
+        if t.subresource == "scale":
+            patched = apply_patch(ctype, scale_of(old), patch)
+            return set_scale(self.store, t, (patched.get("spec") or {}).get("replicas"))
+        new = apply_patch(ctype, old, patch)
+        if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+            raise errors.bad_request("the patch removed the object's metadata")
+        given_rv = new["metadata"].get("resourceVersion")
+        if given_rv != old["metadata"]["resourceVersion"]:
+            # A patch naming an old resourceVersion is a conditional update.
+            if given_rv is not None and (patch if isinstance(patch, dict) else {}).get(
+                    "metadata", {}).get("resourceVersion") is not None:
+                raise errors.conflict(t.rtype.plural, t.name, t.rtype.group)
+            new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        new = admit_update(t.rtype, old, new)
+        if dry_run(request):
+            check_integer_fields(t.rtype.key, t.rtype.kind, new)
+            return json_response(new)
+        return json_response(self.store.replace(t.rtype, t.namespace, t.name, new,
+                                                subresource=t.subresource))

@@ -1,0 +1,351 @@
+"""Node pools: groups of identical nodes that grow and shrink the way EKS node groups do.
+
+A pool's desired size comes from AWS when `aws_endpoint` is set and the pool is backed by an
+EKS managed node group or an Auto Scaling group (in moto); otherwise it is static and changes
+only through the `scale-pool` fault. The controller converges on it: a new node registers
+NotReady at once, turns Ready after the pool's provisioning lag and advertises its GPUs
+`gpuPluginDelaySeconds` later (the device plugin); scale-in cordons a node (cordoned, then
+emptiest, then youngest first), deletes its pods and removes it once they are gone.
+
+The pools themselves are `pools.py`'s catalog (scenario loading adds to it); nodes carry their
+pool in the `gpuops.io/pool` label.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import AliasChoices, Field
+
+from gpuops.common.quantity import parse_quantity
+
+from ..core import errors
+from ..core.admission import admit_create
+from ..core.clock import VirtualClock, parse_rfc3339, rfc3339
+from ..core.faults import FaultParams, FaultRegistry
+from ..core.gpus import GPU_RESOURCE
+from ..core.nodeindex import NodeIndex
+from ..core.nodes import (
+    POOL_LABEL,
+    TAINT_NOT_READY,
+    TAINT_UNSCHEDULABLE,
+    add_taint,
+    condition,
+    holds_resources,
+    is_ready,
+)
+from ..core.nodewrites import remove_node, report_ready
+from ..core.recorder import Recorder
+from ..core.store import Store
+from .nodes import advertise_gpus, gpu_feature_labels, pod_gpu_request
+from .pools import NodePool, NodePools
+
+if TYPE_CHECKING:
+    from .aws import GroupSize
+
+log = logging.getLogger("gpuops.simcluster.nodepools")
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class NodePoolsConfig:
+    tick_seconds: float = 0.5  # virtual seconds between the controller's steps
+    aws_endpoint: str | None = None  # moto's URL: pools backed by AWS follow their group
+    aws_poll_seconds: float = 2.0  # virtual seconds between reads of the groups' sizes
+
+
+def free_gpus(node: Obj, pods: list[Obj]) -> int:
+    allocatable = int(parse_quantity(((node.get("status") or {}).get("allocatable") or {}).get(
+        GPU_RESOURCE, 0)))
+    return allocatable - sum(pod_gpu_request(p) for p in pods if holds_resources(p))
+
+
+@dataclass
+class PoolRuntime:
+    pool: NodePool
+    aws: bool  # True: the size comes from AWS
+    desired: int | None  # None until AWS has answered
+    removing: dict[str, float] = field(default_factory=dict)  # node -> force-removal time
+    instances: dict[str, str] = field(default_factory=dict)  # live ASG instance -> zone
+    known_instances: set[str] = field(default_factory=set)
+    gone_instances: set[str] = field(default_factory=set)  # terminated: remove their nodes
+    # ASG instances found at the first sync stand for the nodes the scenario created: new
+    # nodes take only instances launched later.
+    preexisting: set[str] | None = None
+    aws_created: bool = False
+
+
+class NodePoolController:
+    name = "nodepools"
+
+    def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder, nodes: NodeIndex,
+                 pools: NodePools, config: NodePoolsConfig) -> None:
+        self.store = store
+        self.clock = clock
+        self.recorder = recorder
+        self.index = nodes
+        self.pools = pools
+        self.config = config
+        self.runtimes: dict[str, PoolRuntime] = {}
+        self._timeline: list[tuple[float, int, str, str, str]] = []  # due, seq, action, node, uid
+        self._seq = itertools.count()
+        self._sync_pools()
+
+    async def run(self) -> None:
+        while True:
+            self.step()
+            await self.clock.sleep(self.config.tick_seconds, min_real=0.05)
+
+    def step(self) -> None:
+        now = self.clock.time()
+        self._sync_pools()
+        self._run_due(now)
+        for runtime in self.runtimes.values():
+            self._reconcile(runtime, now)
+        self._progress_removals(now)
+
+    def _sync_pools(self) -> None:
+        """Pick up pools added since (a scenario loaded into the running cluster)."""
+        for name, pool in self.pools.by_name.items():
+            if name not in self.runtimes:
+                aws = bool(self.config.aws_endpoint) and pool.backing != "none"
+                self.runtimes[name] = PoolRuntime(pool, aws, None if aws else pool.desired_size)
+
+    def apply_group_size(self, runtime: PoolRuntime, size: GroupSize) -> None:
+        runtime.desired = size.desired
+        if size.instances is not None:
+            if runtime.preexisting is None:
+                runtime.preexisting = set(size.instances)
+            runtime.gone_instances |= runtime.known_instances - set(size.instances)
+            runtime.known_instances = set(size.instances)
+            runtime.instances = dict(size.instances)
+
+    # --- converging on the desired size --------------------------------------------------------
+
+    def _reconcile(self, runtime: PoolRuntime, now: float) -> None:
+        if runtime.desired is None:
+            return
+        names = self.index.pool_nodes(runtime.pool.name)
+        if runtime.gone_instances:
+            for name in list(names):
+                if _instance_of(self._node(name)) in runtime.gone_instances:
+                    self._start_removal(runtime, name, now)
+            runtime.gone_instances.clear()
+        live = [n for n in names if n not in runtime.removing]
+        if len(live) < runtime.desired:
+            for _ in range(runtime.desired - len(live)):
+                self._provision(runtime, live, now)
+        elif len(live) > runtime.desired:
+            for name in self._scale_in_order(live)[: len(live) - runtime.desired]:
+                self._start_removal(runtime, name, now)
+
+    def _provision(self, runtime: PoolRuntime, live: list[str], now: float) -> None:
+        pool = runtime.pool
+        zone, instance = None, None
+        claimed = {_instance_of(self._node(n)) for n in live}
+        unclaimed = [i for i in runtime.instances
+                     if i not in claimed and i not in (runtime.preexisting or ())]
+        if unclaimed:
+            instance = unclaimed[0]
+            zone = runtime.instances[instance]
+        else:
+            per_zone = {z: 0 for z in pool.zones}
+            for name in live:
+                node_zone = (self._node(name)["metadata"].get("labels") or {}).get(
+                    "topology.kubernetes.io/zone")
+                if node_zone in per_zone:
+                    per_zone[node_zone] += 1
+            zone = min(pool.zones, key=lambda z: per_zone[z])
+        node = self.pools.register_node(pool, ready=False, zone=zone, instance_id=instance)
+        live.append(node["metadata"]["name"])
+        self._at(now + pool.provisioning_lag_seconds, "ready", node)
+        log.info("pool %s: provisioning node %s", pool.name, node["metadata"]["name"])
+
+    def _scale_in_order(self, names: list[str]) -> list[str]:
+        """Cordoned nodes first, then the emptiest, then the youngest."""
+        def key(name: str) -> tuple[bool, int, float]:
+            node = self._node(name)
+            cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+            created = node["metadata"].get("creationTimestamp")
+            return (not cordoned, self.index.pod_count(name),
+                    -parse_rfc3339(created) if created else 0.0)
+        return sorted(names, key=key)
+
+    def _start_removal(self, runtime: PoolRuntime, name: str, now: float) -> None:
+        if name in runtime.removing or self.store.find(self.index.nodes_type, None, name) is None:
+            return
+
+        def cordon(node: Obj) -> None:
+            spec = node.setdefault("spec", {})
+            spec["unschedulable"] = True
+            add_taint(spec, TAINT_UNSCHEDULABLE, "NoSchedule")
+
+        node = self.store.mutate(self.index.nodes_type, None, name, cordon)
+        self.recorder.record(node, "NodeNotSchedulable",
+                             f"Node {name} status is now: NodeNotSchedulable",
+                             component="kubelet", host=name)
+        grace = 0
+        for pod in self.index.pods_on(name):
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp") or _daemon_pod(pod):
+                continue
+            grace = max(grace, int((pod.get("spec") or {}).get(
+                "terminationGracePeriodSeconds", 30)))
+            self.store.delete(self.index.pods_type, meta["namespace"], meta["name"])
+        runtime.removing[name] = now + grace + 5
+        log.info("pool %s: removing node %s", runtime.pool.name, name)
+
+    def _progress_removals(self, now: float) -> None:
+        for runtime in self.runtimes.values():
+            for name, deadline in list(runtime.removing.items()):
+                if self.store.find(self.index.nodes_type, None, name) is None:
+                    del runtime.removing[name]
+                    continue
+                busy = [p for p in self.index.pods_on(name) if not _daemon_pod(p)]
+                if busy and now < deadline:
+                    continue
+                remove_node(self.store, self.recorder, self.index, name)
+                del runtime.removing[name]
+
+    # --- provisioning timeline -----------------------------------------------------------------
+
+    def _at(self, due: float, action: str, node: Obj) -> None:
+        heapq.heappush(self._timeline, (due, next(self._seq), action, node["metadata"]["name"],
+                                        node["metadata"]["uid"]))
+
+    def _run_due(self, now: float) -> None:
+        while self._timeline and self._timeline[0][0] <= now:
+            due, _, action, name, uid = heapq.heappop(self._timeline)
+            node = self.store.find(self.index.nodes_type, None, name)
+            if node is None or node["metadata"]["uid"] != uid:
+                continue
+            pool = self.pools.by_name.get(
+                (node["metadata"].get("labels") or {}).get(POOL_LABEL, ""))
+            if pool is None:
+                continue
+            if action == "ready":
+                self._become_ready(node, pool, due)
+            elif action == "gpus":
+                self._advertise_gpus(node, pool)
+
+    def _become_ready(self, node: Obj, pool: NodePool, due: float) -> None:
+        ready = condition(node, "Ready")
+        if ready is None or ready.get("reason") != "KubeletNotReady":
+            return  # a fault changed it meanwhile: leave it to the fault's recovery
+        name = node["metadata"]["name"]
+        node = report_ready(self.store, self.recorder, self.index, name,
+                            rfc3339(self.clock.now()), TAINT_NOT_READY)
+        if pool.gpus_per_node:
+            self._at(due + pool.gpu_plugin_delay_seconds, "gpus", node)
+
+    def _advertise_gpus(self, node: Obj, pool: NodePool) -> None:
+        name = node["metadata"]["name"]
+        if GPU_RESOURCE in ((node.get("status") or {}).get("allocatable") or {}):
+            return
+        self.store.mutate(self.index.nodes_type, None, name,
+                          lambda n: advertise_gpus(n.setdefault("status", {}), pool),
+                          subresource="status")
+        self.store.mutate(self.index.nodes_type, None, name,
+                          lambda n: n["metadata"].setdefault("labels", {}).update(
+                              gpu_feature_labels(pool)))
+
+    def _node(self, name: str) -> Obj:
+        return self.store.find(self.index.nodes_type, None, name) or {"metadata": {"name": name}}
+
+    # --- faults --------------------------------------------------------------------------------
+
+    def register_faults(self, faults: FaultRegistry) -> None:
+        faults.register("scale-pool", self.scale_pool,
+                        "resize a pool that is not following AWS", params=ScalePoolParams,
+                        target="a node pool (or params.pool)")
+        faults.register("gpu-fragmentation", self.fragment_gpus,
+                        "place 1-GPU filler pods on every node of a pool so none keeps all its "
+                        "GPUs free", params=FragmentParams, target="a node pool (or params.pool)")
+
+    def _runtime(self, target: str | None, params: dict[str, Any]) -> PoolRuntime:
+        name = params.get("pool") or target
+        self._sync_pools()
+        if name not in self.runtimes:
+            raise errors.bad_request(f"unknown pool {name!r}; pools: "
+                                     f"{', '.join(sorted(self.runtimes)) or 'none'}")
+        return self.runtimes[name]
+
+    def scale_pool(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
+        runtime = self._runtime(target, params)
+        pool = runtime.pool
+        size = params["size"]
+        if size > pool.max_size:
+            raise errors.bad_request(f"params.size must be an integer from 0 to the pool's "
+                                     f"maxSize {pool.max_size}, got {size!r}")
+        if runtime.aws:
+            what = "EKS node group" if pool.backing == "eks" else "Auto Scaling group"
+            raise errors.bad_request(
+                f"pool {pool.name!r} follows its {what} "
+                f"{pool.aws_group_name(self.pools.cluster_name)!r} in AWS: change "
+                "its size there (`update_nodegroup_config` / `set_desired_capacity`)")
+        before, runtime.desired = runtime.desired, size
+        self._reconcile(runtime, self.clock.time())
+        return {"pool": pool.name, "from": before, "to": size}
+
+    def fragment_gpus(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
+        runtime = self._runtime(target, params)
+        per_node, namespace = params["podsPerNode"], params["namespace"]
+        created, free_after = [], {}
+        for name in sorted(self.index.pool_nodes(runtime.pool.name)):
+            node = self._node(name)
+            if not is_ready(node) or (node.get("spec") or {}).get("unschedulable"):
+                continue
+            free = free_gpus(node, self.index.pods_on(name))
+            count = min(per_node, free)
+            for _ in range(count):
+                body = admit_create(self.store, self.index.pods_type,
+                                    _filler_pod(runtime.pool, name, params))
+                pod = self.store.create(self.index.pods_type, body, namespace)
+                created.append(pod["metadata"]["name"])
+            free_after[name] = free - count
+        return {"pool": runtime.pool.name, "pods": created, "freeGpus": free_after}
+
+
+class ScalePoolParams(FaultParams):
+    pool: str | None = Field(None, min_length=1, description="the pool (default: the target)")
+    size: int = Field(ge=0, le=10_000, description="nodes wanted, up to the pool's maxSize")
+
+
+class FragmentParams(FaultParams):
+    pool: str | None = Field(None, min_length=1, description="the pool (default: the target)")
+    podsPerNode: int = Field(1, ge=1, le=64, validation_alias=AliasChoices(
+        "podsPerNode", "pods_per_node"), description="1-GPU filler pods per node")
+    namespace: str = Field("default", min_length=1, description="where the filler pods go")
+    priorityClassName: str | None = Field(None, min_length=1,
+                                          description="the filler pods' PriorityClass")
+
+
+def _filler_pod(pool: NodePool, node: str, params: dict[str, Any]) -> Obj:
+    spec: Obj = {
+        "nodeName": node, "restartPolicy": "Always",
+        "containers": [{
+            "name": "filler", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+            "command": ["sleep", "infinity"],
+            "resources": {"requests": {"cpu": "1", "memory": "4Gi", GPU_RESOURCE: "1"},
+                          "limits": {"memory": "4Gi", GPU_RESOURCE: "1"}}}],
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    if params.get("priorityClassName"):
+        spec["priorityClassName"] = params["priorityClassName"]
+    return {"metadata": {"generateName": f"gpu-filler-{pool.name}-",
+                         "labels": {"app": "gpu-filler", "gpuops.io/filler": "true",
+                                    POOL_LABEL: pool.name}},
+            "spec": spec}
+
+
+def _instance_of(node: Obj) -> str:
+    return ((node.get("spec") or {}).get("providerID") or "").rsplit("/", 1)[-1]
+
+
+def _daemon_pod(pod: Obj) -> bool:
+    return any(ref.get("kind") == "DaemonSet"
+               for ref in pod["metadata"].get("ownerReferences") or [])

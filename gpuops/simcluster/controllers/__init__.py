@@ -1,0 +1,1 @@
+"""kube-controller-manager: the workload, disruption, garbage and node controllers."""

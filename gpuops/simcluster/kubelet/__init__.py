@@ -1,0 +1,1 @@
+"""The kubelet of every node: pod lifecycle, probes, restarts, logs, kubelet faults."""

@@ -1,0 +1,1 @@
+"""The exporters Prometheus scrapes: DCGM GPU series and vLLM serving series."""

@@ -1,0 +1,325 @@
+"""`/metrics`: DCGM-exporter GPU series and vLLM serving series, as Prometheus scrapes them.
+
+In a real cluster Prometheus scrapes dcgm-exporter on every GPU node and every vLLM pod; here it
+scrapes simcluster's one `/metrics`, so each series already carries the labels a pod monitor
+would add (`namespace`, `pod`) and the serving series name their `inference_pool`.
+
+The serving numbers come from `serving.py` (pure), what they apply to from `servingindex.py`
+(kept by a store listener) and which GPU a pod holds from `core/gpus.py`; this module keeps the
+per-replica accumulators (keyed by pod uid, forgotten with the pod, reset when vLLM restarts),
+the faults (`demand-spike`, `bad-version`, `good-version`) and the exposition. The model
+advances on a slow tick, before every change of who serves what, and on every scrape; the
+exposition is built only when scraped. The vLLM
+families go through a prometheus_client Collector and `generate_latest` on a registry of their
+own; the DCGM families (5,000 nodes x 8 GPUs in the scale benchmark) are rendered by `dcgm.py`
+in the same text format, because generate_latest would take seconds for them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+from pydantic import Field
+
+from ..core import errors
+from ..core.clock import VirtualClock, rfc3339
+from ..core.faults import FaultParams, FaultRegistry
+from ..core.gpus import GpuAllocations
+from ..core.store import Store
+from .dcgm import render_gpu_metrics
+from .serving import (
+    FINISH_REASONS,
+    Degradation,
+    DemandModel,
+    PoolKey,
+    ReplicaState,
+    Spike,
+    model_demand,
+    rule_model,
+    split_demand,
+    step_replica,
+)
+from .servingindex import PodView, ServingIndex
+
+TICK_S = 5.0  # virtual seconds between model steps when nobody scrapes
+MAX_STEP_S = 15.0  # a clock jump is replayed in steps of at most this...
+MAX_STEPS = 60  # ...but never more than this many steps per advance
+MIN_STEP_S = 0.001  # changes closer together than this share a step
+EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class DegradeRule:
+    """A `bad-version` fault: pods of `pool`, or pods running `image` (a glob), are degraded."""
+
+    pool: PoolKey | None
+    image: str | None
+    degradation: Degradation
+
+    def matches(self, view: PodView, pools: set[PoolKey]) -> bool:
+        if self.pool is not None and self.pool in pools:
+            return True
+        return self.image is not None and any(fnmatch.fnmatchcase(i, self.image)
+                                              for i in view.images)
+
+
+class MetricsEngine:
+    """The serving model's state, its tick (a controller), its faults and its exposition."""
+
+    name = "metrics"
+
+    def __init__(self, store: Store, clock: VirtualClock, faults: FaultRegistry,
+                 gpus: GpuAllocations, demand: DemandModel) -> None:
+        self.clock = clock
+        self.demand = demand
+        self.states: dict[str, ReplicaState] = {}
+        self.state_restarts: dict[str, int] = {}
+        self.spikes: list[Spike] = []
+        self.degrade_rules: list[DegradeRule] = []
+        self.last_t = self.clock.time()
+        self.node_type = store.type("nodes")
+        self.index = ServingIndex(store, gpus, before_change=self.catch_up)
+        self.gpus = gpus
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        self._register_faults(faults)
+
+    async def run(self) -> None:
+        while True:
+            self.catch_up()
+            await self.clock.sleep(max(TICK_S, 0.5 * self.clock.speed))
+
+    # --- the model -----------------------------------------------------------------------------
+
+    def catch_up(self) -> None:
+        self.advance_to(self.clock.time())
+
+    def advance_to(self, now: float) -> None:
+        dt = now - self.last_t
+        if dt < MIN_STEP_S:
+            return
+        steps = min(MAX_STEPS, max(1, math.ceil(dt / MAX_STEP_S)))
+        h = dt / steps
+        self._forget_gone_replicas()
+        replicas = self._ready_replicas()
+        degradations = {uid: self._degradation(view) for uid, view in replicas.items()}
+        for i in range(steps):
+            loads = self._loads(self.last_t + h * (i + 0.5), replicas)
+            for uid, view in replicas.items():
+                step_replica(self._state(view), view.profile, loads.get(uid, 0.0), h,
+                             degradations[uid])
+        self.last_t = now
+        self.spikes = [s for s in self.spikes if s.end > now]
+
+    def _ready_replicas(self) -> dict[str, PodView]:
+        replicas: dict[str, PodView] = {}
+        for members in self.index.members.values():
+            for uid, view in members.items():
+                if view.ready:
+                    replicas[uid] = view
+        return replicas
+
+    def _loads(self, t: float, replicas: dict[str, PodView]) -> dict[str, float]:
+        pool_models = {key: self.index.pool_model(key) for key in self.index.pools}
+        rules = self.index.rules()
+        models = set(pool_models.values())
+        models.update(m for m in (rule_model(r, pool_models) for r in rules) if m)
+        demand = model_demand(self.demand, sorted(models), t, self.spikes)
+        loads: dict[str, float] = {}
+        for pool, rps in split_demand(demand, rules, pool_models).items():
+            ready = [uid for uid, v in self.index.members.get(pool, {}).items() if uid in replicas]
+            for uid in ready:
+                loads[uid] = loads.get(uid, 0.0) + rps / len(ready)
+        return loads
+
+    def _state(self, view: PodView) -> ReplicaState:
+        state = self.states.get(view.uid)
+        if state is None or self.state_restarts.get(view.uid) != view.restarts:
+            state = self.states[view.uid] = ReplicaState()  # a restarted vLLM starts from zero
+            self.state_restarts[view.uid] = view.restarts
+        return state
+
+    def _forget_gone_replicas(self) -> None:
+        for uid in [u for u in self.states if u not in self.index.pod_pools]:
+            del self.states[uid]
+            self.state_restarts.pop(uid, None)
+
+    def _degradation(self, view: PodView) -> Degradation:
+        pools = self.index.pod_pools.get(view.uid, set())
+        result = Degradation()
+        for rule in self.degrade_rules:
+            if rule.matches(view, pools):
+                result = result.combine(rule.degradation)
+        return result
+
+    def gpu_util_of(self, view: PodView) -> float | None:
+        """A serving replica's GPU utilisation from its load (None: not a serving replica)."""
+        if view.uid not in self.index.pod_pools:
+            return None
+        state = self.states.get(view.uid)
+        return state.gpu_util if (state is not None and view.ready) else 0.0
+
+    # --- exposition ----------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Metric]:
+        """The Collector protocol: the vLLM families (the DCGM ones are rendered directly)."""
+        yield from self._vllm_families()
+
+    def _vllm_families(self) -> Iterator[Metric]:
+        gauges = {
+            "vllm:num_requests_running": "Number of requests in model execution batches.",
+            "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
+            "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
+        }
+        counters = {
+            "vllm:prompt_tokens": "Number of prefill tokens processed.",
+            "vllm:generation_tokens": "Number of generation tokens processed.",
+            "vllm:prefix_cache_queries": "Prefix cache queries, in terms of number of queried "
+                                         "tokens.",
+            "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
+            "vllm:request_success": "Count of successfully processed requests.",
+        }
+        histograms = {
+            "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+            "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+            "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
+        }
+        families = {name: Metric(name, doc, "gauge") for name, doc in gauges.items()}
+        families.update({name: Metric(name, doc, "counter") for name, doc in counters.items()})
+        families.update({name: Metric(name, doc, "histogram") for name, doc in histograms.items()})
+        for key in sorted(self.index.pools):
+            model = self.index.pool_model(key)
+            for view in sorted(self.index.ready_members(key), key=lambda v: v.name):
+                if min(self.index.pod_pools[view.uid]) != key:
+                    continue  # a pod in several pools is exposed once, under its first pool
+                state = self._state(view)
+                labels = {"model_name": view.model or model, "engine": "0",
+                          "namespace": view.namespace, "pod": view.name,
+                          "inference_pool": key[1]}
+                _add(families, "vllm:num_requests_running", "", labels, state.running)
+                _add(families, "vllm:num_requests_waiting", "", labels, state.waiting)
+                _add(families, "vllm:kv_cache_usage_perc", "", labels, state.kv_cache_usage)
+                _add(families, "vllm:prompt_tokens", "_total", labels, state.prompt_tokens)
+                _add(families, "vllm:generation_tokens", "_total", labels,
+                     state.generation_tokens)
+                _add(families, "vllm:prefix_cache_queries", "_total", labels,
+                     state.prefix_queries)
+                _add(families, "vllm:prefix_cache_hits", "_total", labels, state.prefix_hits)
+                for reason in FINISH_REASONS:
+                    _add(families, "vllm:request_success", "_total",
+                         {**labels, "finished_reason": reason}, state.finished[reason])
+                for name, hist in (("vllm:time_to_first_token_seconds", state.ttft),
+                                   ("vllm:inter_token_latency_seconds", state.itl),
+                                   ("vllm:e2e_request_latency_seconds", state.e2e)):
+                    for le, count in hist.cumulative():
+                        _add(families, name, "_bucket", {**labels, "le": le}, count)
+                    _add(families, name, "_count", labels, hist.count)
+                    _add(families, name, "_sum", labels, hist.total)
+        yield from families.values()
+
+    def exposition(self) -> bytes:
+        self.catch_up()
+        gpus = render_gpu_metrics(self.index.store, self.node_type, self.gpus, self.index.views,
+                                  self.gpu_util_of)
+        return gpus.encode() + generate_latest(self.registry)
+
+    # --- faults --------------------------------------------------------------------------------
+
+    async def handle(self, _request: web.Request) -> web.Response:
+        """`GET /metrics`."""
+        return web.Response(body=self.exposition(),
+                            headers={"Content-Type": EXPOSITION_CONTENT_TYPE})
+
+    def _register_faults(self, reg: FaultRegistry) -> None:
+        reg.register("demand-spike", self._demand_spike,
+                     "multiply a model's request rate for a while", params=DemandSpikeParams,
+                     target="a model name (or params.model; none: every model)")
+        reg.register("bad-version", self._bad_version,
+                     "degrade the serving pods of an InferencePool, or those running an image: "
+                     "slower first and next tokens, a share of requests fail",
+                     params=BadVersionParams,
+                     target="an InferencePool `namespace/name` (or params.image)")
+        reg.register("good-version", self._good_version,
+                     "clear bad-version faults (all, or those of the target / params.image)",
+                     params=GoodVersionParams, target="an InferencePool `namespace/name`")
+
+    def _demand_spike(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
+        self.catch_up()
+        model = params.get("model") or target or None
+        factor, duration = params["factor"], params["duration_s"]
+        now = self.clock.time()
+        self.spikes.append(Spike(model, factor, now, now + duration))
+        return {"model": model or "*", "factor": factor, "until": rfc3339(now + duration)}
+
+    def _bad_version(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
+        self.catch_up()
+        pool = _pool_key(target) if target else None
+        image = params.get("image")
+        if pool is None and not image:
+            raise errors.bad_request("bad-version needs a target InferencePool (namespace/name) "
+                                     "or params.image")
+        if pool is not None and pool not in self.index.pools:
+            raise errors.not_found("inferencepools", pool[1], "inference.networking.k8s.io")
+        ttft = params["ttft_factor"]
+        degradation = Degradation(ttft, params.get("itl_factor", ttft), params["error_rate"])
+        rule = DegradeRule(pool, str(image) if image else None, degradation)
+        self.degrade_rules.append(rule)
+        pods = sum(1 for uid, v in self.index.views.items() if uid in self.index.pod_pools
+                   and rule.matches(v, self.index.pod_pools[uid]))
+        return {"pool": "/".join(pool) if pool else None, "image": rule.image,
+                "ttft_factor": degradation.ttft_factor, "itl_factor": degradation.itl_factor,
+                "error_rate": degradation.error_rate, "pods": pods}
+
+    def _good_version(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
+        self.catch_up()
+        pool = _pool_key(target) if target else None
+        image = params.get("image")
+        before = len(self.degrade_rules)
+        if pool is None and not image:
+            self.degrade_rules.clear()
+        else:
+            self.degrade_rules = [r for r in self.degrade_rules
+                                  if not ((pool is not None and r.pool == pool)
+                                          or (image and r.image == image))]
+        return {"cleared": before - len(self.degrade_rules)}
+
+
+class DemandSpikeParams(FaultParams):
+    model: str | None = Field(None, min_length=1, description="the model whose demand spikes "
+                              "(default: the target; none: every model)")
+    factor: float = Field(3.0, ge=0, le=1000, description="request rate multiplier")
+    duration_s: float = Field(600.0, ge=0, description="how long, in virtual seconds")
+
+
+class BadVersionParams(FaultParams):
+    image: str | None = Field(None, min_length=1, description="a glob on the pods' image, "
+                              "e.g. vllm/vllm-openai:v0.12.0-*")
+    ttft_factor: float = Field(3.0, ge=0, le=1000, description="time to first token x this")
+    itl_factor: float | None = Field(None, ge=0, le=1000, description="inter-token latency x "
+                                     "this (default: ttft_factor)")
+    error_rate: float = Field(0.05, ge=0, le=1, description="share of requests that fail")
+
+
+class GoodVersionParams(FaultParams):
+    image: str | None = Field(None, min_length=1, description="clear only the bad-version "
+                              "faults of this image glob")
+
+
+def _add(families: dict[str, Metric], name: str, suffix: str, labels: dict[str, str],
+         value: float) -> None:
+    families[name].add_sample(name + suffix, labels, float(value))
+
+
+def _pool_key(target: str) -> PoolKey:
+    namespace, _, name = target.rpartition("/")
+    if not name:
+        raise errors.bad_request(f"target {target!r} must name an InferencePool as "
+                                 "namespace/name")
+    return (namespace or "default", name)

@@ -1,0 +1,1 @@
+"""kube-scheduler: the scheduling queue, filters, scoring and preemption."""
