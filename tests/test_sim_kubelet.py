@@ -574,9 +574,9 @@ def _refusal(call) -> tuple[int, str]:
     ("oom", {"once": "maybe"}, "params.once must be true or false"),
     ("image-pull", {"reason": "Gone"},
      "params.reason must be one of NotFound, Unauthorized, Timeout"),
-    ("crashloop", {"exitcode": 3}, "params.exitcode: unknown parameter of 'crashloop' "
-                                   "(its parameters: selector, namespace, container, once, "
-                                   "exit_code, error, after_seconds)"),
+    ("crashloop", {"exitcode": 3}, ("params.exitcode: unknown parameter of 'crashloop' "
+                                    "(its parameters: selector, namespace, container, once, "
+                                    "exit_code, error, after_seconds)")),
 ])
 def test_fault_parameters_a_kind_cannot_take_are_refused_naming_the_field(sim, core, kind,
                                                                            params, expected):
