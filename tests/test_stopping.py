@@ -59,6 +59,44 @@ def test_a_second_signal_during_a_stuck_stop_kills_everything_and_removes_up_pid
     assert "killed what was left (second SIGTERM)" in up.stderr.read()  # type: ignore[union-attr]
 
 
+# A stand-in for `serve_all()` under `gpuops up`: an asyncio stream server with a client
+# connected (Prefect's runner has one, its control channel, a connection per flow run).
+SERVING_UP = textwrap.dedent("""\
+    import asyncio, sys
+    from pathlib import Path
+    from gpuops.deployments.stopping import Stopper
+
+    Stopper([], Path(sys.argv[1]) / "up.pid").install()
+
+    async def serve():
+        async def handle(reader, writer):
+            await reader.read(1)
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        client = await asyncio.open_connection(*server.sockets[0].getsockname()[:2])
+        await asyncio.sleep(0.2)  # the server's connection task is waiting for data
+        print("serving", flush=True)
+        await asyncio.sleep(600)
+        return client
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
+    """)
+
+
+def test_a_ctrl_c_while_a_flow_run_is_connected_to_the_runner_stops_without_a_traceback(
+        tmp_path: Path) -> None:
+    up = subprocess.Popen([sys.executable, "-c", SERVING_UP, str(tmp_path)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert up.stdout.readline() == "serving\n"  # type: ignore[union-attr]
+
+    up.send_signal(signal.SIGINT)  # lands in the event loop's wait, as a Ctrl-C does
+    out, err = up.communicate(timeout=10)
+    assert (up.returncode, out) == (0, "stopped\n")
+    assert "Traceback" not in err, err
+
+
 def test_writes_to_a_pipe_whose_reader_is_gone_are_dropped_not_raised() -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader died

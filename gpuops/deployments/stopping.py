@@ -10,7 +10,9 @@ group and every descendant), removes `up.pid` and exits: there is always a way o
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -28,6 +30,22 @@ HARD_STOP_EXIT_CODE = 130
 STRAY_GRACE_S = 5.0
 
 
+class _CancelledConnectionNoise(logging.Filter):
+    """Python 3.11's asyncio logs "Exception in callback StreamReaderProtocol.connection_made
+    ..." with two tracebacks when a stream server's connection task is cancelled (3.12
+    checks `task.cancelled()` first). Prefect's runner serves one, its control channel, with
+    a connection per flow run, and our KeyboardInterrupt cancels it: a clean stop must not
+    look like a crash."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, asyncio.CancelledError)
+                    and "StreamReaderProtocol.connection_made" in record.getMessage())
+
+
+_CANCELLED_CONNECTION_NOISE = _CancelledConnectionNoise()
+
+
 class Stopper:
     """Owns the signal handlers of `gpuops up` and the order in which it stops."""
 
@@ -42,6 +60,7 @@ class Stopper:
     def install(self) -> None:
         """Our handlers for SIGINT/SIGTERM/SIGHUP (a shell's background job inherits SIGINT
         ignored, and the watchdog needs SIGINT to reach the main thread)."""
+        logging.getLogger("asyncio").addFilter(_CANCELLED_CONNECTION_NOISE)  # added once
         for sig in STOP_SIGNALS:
             previous = signal.signal(sig, self._on_signal)
             self._previous.setdefault(sig, previous)
