@@ -17,3 +17,10 @@ EVICTION_MARKS = (EVICTED_BY, EVICTED_BY_RUN, EVICTED_BY_FLOW)
 def gpuops_annotations(annotations: dict[str, str] | None) -> dict[str, str]:
     """The `gpuops.io/` annotations of an object: what gpuops recorded on it."""
     return {k: v for k, v in (annotations or {}).items() if k.startswith(PREFIX)}
+
+# Opt-outs and settings users put on their pods for GPU rebalance (tasks/rebalance).
+DO_NOT_MOVE = PREFIX + "do-not-move"  # "true": the rebalance planner never moves this pod
+MOVE_COST = PREFIX + "move-cost"  # a number: what moving this pod costs (default 1)
+# Other tools' opt-outs the planner honours too.
+KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"  # "true"
+CA_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"  # "false" = do not evict
