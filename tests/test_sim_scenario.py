@@ -100,7 +100,8 @@ def test_default_scenario_serves_two_models_through_inference_pools_and_http_rou
                        "gpuops-placeholder": -10}
     namespaces = client.CoreV1Api(sim.api).list_namespace().items
     assert {ns.metadata.name: ns.status.phase for ns in namespaces} == {
-        "default": "Active", "inference": "Active", "training": "Active"}
+        "default": "Active", "kube-system": "Active", "inference": "Active",
+        "training": "Active"}
 
 
 def test_empty_scenario_has_only_the_default_namespace(sim):

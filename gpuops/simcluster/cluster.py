@@ -24,6 +24,7 @@ from .apiserver.server import ApiServer
 from .cloud.nodepools import NodePoolController
 from .cloud.pools import NodePools
 from .config import DEFAULT_CLUSTER_NAME, Knobs, SimConfig
+from .controllers.daemonset import DaemonSetController
 from .controllers.deployment import DeploymentController
 from .controllers.disruption import DisruptionController
 from .controllers.garbagecollector import GarbageCollector
@@ -120,6 +121,7 @@ class SimCluster:
             ReplicaSetController(store, clock, recorder, owners),
             DeploymentController(store, clock, recorder, owners),
             StatefulSetController(store, clock, recorder, owners),
+            DaemonSetController(store, clock, recorder, owners),
             JobController(store, clock, recorder, owners),
             DisruptionController(store, clock, recorder),
             GarbageCollector(store, clock, owners),

@@ -11,6 +11,7 @@ from .registry.others import CustomResourceDefinitionStrategy, NodeStrategy, Pri
 from .registry.pods import BindingStrategy, PodStrategy
 from .registry.strategy import GENERIC, Strategy
 from .registry.workloads import (
+    DaemonSetStrategy,
     DeploymentStrategy,
     JobStrategy,
     ReplicaSetStrategy,
@@ -83,7 +84,8 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _apps("Deployment", "deployments", "deploy", DeploymentStrategy()),
     _apps("ReplicaSet", "replicasets", "rs", ReplicaSetStrategy()),
     _apps("StatefulSet", "statefulsets", "sts", StatefulSetStrategy()),
-    ResourceType("apps", "v1", "DaemonSet", "daemonsets", True, ("ds",)),
+    ResourceType("apps", "v1", "DaemonSet", "daemonsets", True, ("ds",),
+                 strategy=DaemonSetStrategy()),
     ResourceType("batch", "v1", "Job", "jobs", True, (), strategy=JobStrategy()),
     ResourceType("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, ("pdb",)),
     ResourceType("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",), (),

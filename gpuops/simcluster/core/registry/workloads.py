@@ -1,5 +1,5 @@
 """Workloads, the controllers of pods from a template: ReplicaSets, Deployments,
-StatefulSets and Jobs, with the defaults kube-apiserver gives each.
+StatefulSets, DaemonSets and Jobs, with the defaults kube-apiserver gives each.
 
 Every one needs `spec.template` with a valid pod spec; the replicated ones a selector that
 matches the template's labels; status is the controllers' to write.
@@ -75,6 +75,36 @@ class StatefulSetStrategy(ReplicaSetStrategy):
         spec.setdefault("podManagementPolicy", "OrderedReady")
         spec.setdefault("updateStrategy", {"type": "RollingUpdate",
                                            "rollingUpdate": {"partition": 0}})
+
+
+class DaemonSetStrategy(WorkloadStrategy):
+    """apps/v1 DaemonSet: a selector matching the template, restartPolicy Always, and the
+    defaults of `SetDefaults_DaemonSet` (RollingUpdate with maxUnavailable 1, maxSurge 0)."""
+
+    def default(self, rt: ResourceType, spec: Obj, template: Obj, name: str) -> None:
+        selector = spec.get("selector")
+        if not selector:
+            raise errors.invalid(rt.kind, name, "spec.selector", "Required value")
+        labels = (template.get("metadata") or {}).get("labels") or {}
+        if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+            raise errors.invalid(rt.kind, name, "spec.template.metadata.labels",
+                                 "Invalid value: `selector` does not match template `labels`")
+        policy = template["spec"].setdefault("restartPolicy", "Always")
+        if policy != "Always":
+            raise errors.invalid(rt.kind, name, "spec.template.spec.restartPolicy",
+                                 f'Unsupported value: "{policy}": supported values: "Always"')
+        strategy = spec.setdefault("updateStrategy", {"type": "RollingUpdate"})
+        if strategy.get("type", "RollingUpdate") == "RollingUpdate":
+            strategy["type"] = "RollingUpdate"
+            ru = strategy.setdefault("rollingUpdate", {})
+            ru.setdefault("maxUnavailable", 1)
+            ru.setdefault("maxSurge", 0)
+        elif strategy["type"] != "OnDelete":
+            raise errors.invalid(rt.kind, name, "spec.updateStrategy.type",
+                                 f'Unsupported value: "{strategy["type"]}": supported values: '
+                                 '"OnDelete", "RollingUpdate"')
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("minReadySeconds", 0)
 
 
 class JobStrategy(WorkloadStrategy):
