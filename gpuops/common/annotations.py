@@ -24,3 +24,8 @@ MOVE_COST = PREFIX + "move-cost"  # a number: what moving this pod costs (defaul
 # Other tools' opt-outs the planner honours too.
 KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"  # "true"
 CA_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"  # "false" = do not evict
+
+# Set by simcluster's scheduler when it binds a GPU pod (as a GPU-sharing scheduler does):
+# the indices of the node's GPUs the pod holds, "3" or "0,1". Read by the kubelet, the DCGM
+# exporter and gpuops' packing (which GPU of a node is free, and how much of it).
+GPU_INDEX = PREFIX + "gpu-index"

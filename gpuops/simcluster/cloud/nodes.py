@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops.common.quantity import format_cpu, parse_quantity
 
-from ..core.gpus import GPU_RESOURCE, PRODUCT_LABEL
+from ..core.gpus import GPU_MILLI_RESOURCE, GPU_RESOURCE, MILLI_PER_GPU, PRODUCT_LABEL
 from ..core.nodes import HEALTHY_CONDITIONS, POOL_LABEL, TAINT_NOT_READY
 
 if TYPE_CHECKING:
@@ -98,8 +98,9 @@ def reserved_cpu_millis(cores: Fraction) -> int:
 
 
 def node_resources(pool: NodePool, *, gpus_advertised: bool) -> tuple[Obj, Obj]:
-    """(capacity, allocatable) as the kubelet reports them; `nvidia.com/gpu` only once the
-    device plugin has registered."""
+    """(capacity, allocatable) as the kubelet reports them; `nvidia.com/gpu` (and its
+    thousandths, `gpuops.io/gpu-milli`, for shared GPUs: core/gpus.py) only once the device
+    plugin has registered."""
     cores = parse_quantity(pool.cpu)
     memory_ki = int(parse_quantity(pool.memory)) // 1024
     storage_ki = int(parse_quantity(pool.ephemeral_storage)) // 1024
@@ -115,8 +116,8 @@ def node_resources(pool: NodePool, *, gpus_advertised: bool) -> tuple[Obj, Obj]:
         "ephemeral-storage": str(int(storage_ki * 1024 * 0.9) - 2**30),
         "hugepages-1Gi": "0", "hugepages-2Mi": "0", "pods": str(pool.max_pods),
     }
-    if gpus_advertised and pool.gpus_per_node:
-        capacity[GPU_RESOURCE] = allocatable[GPU_RESOURCE] = str(pool.gpus_per_node)
+    if gpus_advertised:
+        advertise_gpus({"capacity": capacity, "allocatable": allocatable}, pool)
     return capacity, allocatable
 
 
@@ -210,8 +211,10 @@ def ready_condition(ready: bool, now: str) -> Obj:
 
 def advertise_gpus(status: Obj, pool: NodePool) -> None:
     if pool.gpus_per_node:
-        status.setdefault("capacity", {})[GPU_RESOURCE] = str(pool.gpus_per_node)
-        status.setdefault("allocatable", {})[GPU_RESOURCE] = str(pool.gpus_per_node)
+        for field in ("capacity", "allocatable"):
+            resources = status.setdefault(field, {})
+            resources[GPU_RESOURCE] = str(pool.gpus_per_node)
+            resources[GPU_MILLI_RESOURCE] = str(pool.gpus_per_node * MILLI_PER_GPU)
 
 
 

@@ -40,7 +40,7 @@ from pydantic import Field
 from ..core import errors
 from ..core.clock import VirtualClock
 from ..core.faults import FaultParams, FaultRegistry
-from ..core.gpus import GPU_RESOURCE
+from ..core.gpus import container_gpu_request
 from ..core.selectors import Requirement, labels_match
 from ..core.store import Store
 from .containerlogs import APPLICATION_XIDS
@@ -268,9 +268,7 @@ def choose_container(pod: dict[str, Any], kind: str, params: dict[str, Any]) -> 
         return wanted if any(c.get("name") == wanted for c in every) else None
     if kind in GPU_KINDS:
         for c in containers:
-            resources = c.get("resources") or {}
-            if GPU_RESOURCE in (resources.get("limits") or {}) or \
-                    GPU_RESOURCE in (resources.get("requests") or {}):
+            if container_gpu_request(c):  # whole GPUs or a share of one
                 return c["name"]
     if kind == "liveness":
         for c in containers:

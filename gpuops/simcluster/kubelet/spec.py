@@ -29,7 +29,7 @@ from typing import Any
 
 from gpuops.common.quantity import parse_quantity
 
-from ..core.gpus import GPU_RESOURCE
+from ..core.gpus import container_gpu_request
 
 PREFIX = "sim.gpuops.io/"
 PULL_SECONDS = PREFIX + "pull-seconds"
@@ -141,7 +141,7 @@ class ContainerSpec:
     memory_limit_mib: float | None
     memory_growth_mib_per_min: float | None
     memory_base_mib: float
-    gpus: int
+    gpus: int  # GPU devices it sees: its whole GPUs, or 1 for a share of one
     workload: str
     readiness: Probe | None = None
     liveness: Probe | None = None
@@ -296,7 +296,7 @@ def container_spec(raw: dict[str, Any], role: str, annotations: dict[str, str],
                    pulls: PullTimes) -> ContainerSpec:
     name, image = raw["name"], raw.get("image", "")
     resources = raw.get("resources") or {}
-    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+    limits = resources.get("limits") or {}
     memory_limit = _mib(limits.get("memory"))
     growth = _float(annotations, MEMORY_GROWTH, name)
     base = _float(annotations, MEMORY_BASE, name)
@@ -305,10 +305,8 @@ def container_spec(raw: dict[str, Any], role: str, annotations: dict[str, str],
         run = DEFAULT_INIT_RUN_SECONDS
     exit_code = _float(annotations, EXIT_CODE, name)
     env, env_from = parse_env(raw)
-    try:
-        gpus = int(parse_quantity(limits.get(GPU_RESOURCE) or requests.get(GPU_RESOURCE) or 0))
-    except ValueError:
-        gpus = 0
+    request = container_gpu_request(raw)
+    gpus = request.whole or (1 if request.milli else 0)  # a share still sees one device
     return ContainerSpec(
         name=name, image=image, role=role,
         pull_policy=raw.get("imagePullPolicy") or default_pull_policy(image),

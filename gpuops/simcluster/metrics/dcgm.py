@@ -2,7 +2,10 @@
 
 Which pod holds which GPU is `core/gpus.py`'s (the kubelet needs the same answer). The series
 carry dcgm-exporter's labels (`gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`, `Hostname`,
-and `container`, `namespace`, `pod` for a GPU a pod holds).
+and `container`, `namespace`, `pod` for a GPU a pod holds). A GPU shared by several pods
+(`gpuops.io/gpu-milli` shares) has one series per pod, as dcgm-exporter reports a shared GPU
+with its Kubernetes mapping: each carries the device's values, to which each pod adds its
+share of the work (a pod holding 0.3 of a GPU busy at 90 % adds 27 points).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.gpus import (
+    MILLI_PER_GPU,
     PCI_BUS_IDS,
     PRODUCT_LABEL,
     XID_ANNOTATION,
@@ -124,6 +128,20 @@ def _jitter(uid: str, index: int, spread: float) -> float:
     return (int.from_bytes(digest, "big") / 65535.0 - 0.5) * 2.0 * spread
 
 
+def shared_usage(holders: tuple[Holder, ...], pods: Mapping[str, PodView], index: int,
+                 memory_mib: int, serving_util: Callable[[PodView], float | None]
+                 ) -> tuple[float, int]:
+    """(utilisation %, framebuffer used MiB) of one GPU with its holders (none: idle): each
+    pod's usage weighted by the share it holds."""
+    util, used = 0.0, 0
+    for holder in holders:
+        pod_util, pod_used = gpu_usage(pods.get(holder.uid), index, memory_mib, serving_util)
+        share = holder.milli / MILLI_PER_GPU
+        util += pod_util * share
+        used += int(pod_used * share)
+    return min(util, 100.0), min(used, memory_mib)
+
+
 def gpu_usage(pod: PodView | None, index: int, memory_mib: int,
               serving_util: Callable[[PodView], float | None]) -> tuple[float, int]:
     """(utilisation %, framebuffer used MiB) of one GPU, held by `pod` (None: idle)."""
@@ -178,16 +196,15 @@ def render_gpu_metrics(store: Store, node_type: ResourceType, allocations: GpuAl
         xids = last_xids((node["metadata"].get("annotations") or {}).get(XID_ANNOTATION))
         idle_w = 0.12 * gpus.max_power_w
         for i, static in enumerate(gpus.labels):
-            holder = holders.get(i)
-            labels = static if holder is None else f"{static},{_holder_labels(holder)}"
-            util, used = gpu_usage(None if holder is None else pods.get(holder.uid), i,
-                                   gpus.memory_mib, serving_util)
+            held = holders.get(i, ())
+            util, used = shared_usage(held, pods, i, gpus.memory_mib, serving_util)
             power = idle_w + (gpus.max_power_w - idle_w) * util / 100.0
-            util_l.append(f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {round(util)}\n")
-            used_l.append(f"DCGM_FI_DEV_FB_USED{{{labels}}} {used}\n")
-            free_l.append(f"DCGM_FI_DEV_FB_FREE{{{labels}}} {gpus.memory_mib - used}\n")
-            xid_l.append(f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} {xids.get(i, 0)}\n")
-            power_l.append(f"DCGM_FI_DEV_POWER_USAGE{{{labels}}} {power:.3f}\n")
+            for labels in [f"{static},{_holder_labels(h)}" for h in held] or [static]:
+                util_l.append(f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {round(util)}\n")
+                used_l.append(f"DCGM_FI_DEV_FB_USED{{{labels}}} {used}\n")
+                free_l.append(f"DCGM_FI_DEV_FB_FREE{{{labels}}} {gpus.memory_mib - used}\n")
+                xid_l.append(f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} {xids.get(i, 0)}\n")
+                power_l.append(f"DCGM_FI_DEV_POWER_USAGE{{{labels}}} {power:.3f}\n")
     out: list[str] = []
     for (family, doc), samples in zip(GPU_FAMILIES, lines):
         out.append(f"# HELP {family} {doc}\n# TYPE {family} gauge\n")

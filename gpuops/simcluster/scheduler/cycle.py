@@ -126,7 +126,7 @@ def find_feasible(view: ClusterView, pod: PodInfo) -> tuple[list[NodeInfo], dict
     fit_order = pod.fit_order
     # Most pods and nodes need only the resource check: do it inline (this loop is the
     # scheduler's hot spot), and run the full filters for the rest.
-    plain_pod = not pod.node_selector and pod.required_terms is None
+    plain_pod = not pod.node_selector and pod.required_terms is None and not pod.gpu
     processed = 0
     for i in range(total):
         name = order[(start + i) % total]

@@ -11,8 +11,12 @@ What is modelled (default profile of kube-scheduler 1.30-1.33):
   `node.kubernetes.io/not-ready` or `unreachable` NoSchedule taint the node lifecycle
   controller would add), NodeAffinity (nodeSelector + required node affinity) and
   NodeResourcesFit (effective requests: init, sidecar and overhead rules);
-- pods nominated to a node by an earlier preemption, with a priority at least as high, count
-  as if running there;
+- GPUs device by device (core/gpus.py): a share (`gpuops.io/gpu-milli`) needs one GPU with
+  that much room, whole GPUs need GPUs nobody uses; a node failing that is reported as
+  `Insufficient nvidia.com/gpu` / `Insufficient gpuops.io/gpu-milli`, like a short sum;
+- pods nominated to a node (by an earlier preemption, or by an external component through
+  status.nominatedNodeName, KEP-5278), with a priority at least as high, count as if running
+  there, GPUs included;
 - big clusters: as kube-scheduler, stop filtering once enough feasible nodes are found
   (percentageOfNodesToScore, adaptive) and rotate where the next search starts.
 """
@@ -26,10 +30,21 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from gpuops.common.annotations import GPU_INDEX
 from gpuops.common.quantity import parse_quantity
 
 from ..core.clock import parse_rfc3339
+from ..core.gpus import (
+    GPU_MILLI_RESOURCE,
+    GPU_RESOURCE,
+    MILLI_PER_GPU,
+    GpuRequest,
+    choose_gpus,
+    parse_gpu_index,
+    pod_gpu_request,
+)
 
+NO_GPU = GpuRequest()
 DEFAULT_MAX_PODS = 110  # the kubelet's --max-pods default, for nodes that do not say
 NONZERO_CPU_MILLIS = 100  # what a container without a cpu request counts for in scoring
 NONZERO_MEMORY = 200 * 1024 * 1024
@@ -237,9 +252,11 @@ class PodInfo:
     labels: dict[str, str] = field(default_factory=dict)
     created: float = 0.0
     start_time: float = 0.0
+    gpu: GpuRequest = NO_GPU
     # Changing state, kept up to date by the caller:
     nominated_node: str = ""
     terminating_by_preemption: bool = False
+    gpu_index: str | None = None  # the GPUs the scheduler gave it at bind (annotation)
 
     @property
     def key(self) -> PodKey:
@@ -272,7 +289,8 @@ class PodInfo:
                                   for p in preferred),
             preempt_never=spec.get("preemptionPolicy") == "Never",
             labels=dict(meta.get("labels") or {}), created=created,
-            start_time=_timestamp(status.get("startTime"), created))
+            start_time=_timestamp(status.get("startTime"), created),
+            gpu=pod_gpu_request(spec))
         info.update_state(pod)
         return info
 
@@ -280,6 +298,7 @@ class PodInfo:
         """Refresh what changes over a pod's life: nomination, start, preemption."""
         status = pod.get("status") or {}
         self.nominated_node = status.get("nominatedNodeName") or ""
+        self.gpu_index = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_INDEX)
         if status.get("startTime"):
             self.start_time = _timestamp(status["startTime"], self.start_time)
         self.terminating_by_preemption = bool(
@@ -320,6 +339,8 @@ class NodeInfo:
     nonzero_cpu: int = 0
     nonzero_memory: int = 0
     pods: dict[PodKey, PodInfo] = field(default_factory=dict)
+    gpu_used: list[int] = field(default_factory=list)  # thousandths taken, per GPU index
+    gpu_held: dict[PodKey, tuple[int, ...]] = field(default_factory=dict)
 
     def set_node(self, node: dict[str, Any]) -> None:
         spec, status = node.get("spec") or {}, node.get("status") or {}
@@ -343,11 +364,34 @@ class NodeInfo:
         self.free = dict(self.allocatable)
         for name, value in self.requested.items():
             self.free[name] = self.free.get(name, 0) - value
+        if len(self.gpu_used) != self.allocatable.get(GPU_RESOURCE, 0):
+            self.gpu_used = [0] * self.allocatable.get(GPU_RESOURCE, 0)
+            self.gpu_held = {}
+            for pod in self.pods.values():
+                self._hold_gpus(pod)
+
+    def _hold_gpus(self, pod: PodInfo) -> None:
+        """Give a bound pod its GPUs: the scheduler's recorded choice if it is valid and
+        free, else the same rule the scheduler follows (an over-committed pod holds none)."""
+        if not pod.gpu:
+            return
+        used = self.gpu_used
+        indices = parse_gpu_index(pod.gpu_index, len(used))
+        if indices is not None and not _fits_on(used, pod.gpu, indices):
+            indices = None
+        if indices is None:
+            indices = choose_gpus(used, pod.gpu)
+        if indices:
+            milli = pod.gpu.milli or MILLI_PER_GPU
+            for i in indices:
+                used[i] += milli
+            self.gpu_held[pod.key] = indices
 
     def add_pod(self, pod: PodInfo) -> None:
         if pod.key in self.pods:
             return
         self.pods[pod.key] = pod
+        self._hold_gpus(pod)
         requested, free = self.requested, self.free
         for name, value in pod.requests.items():
             requested[name] = requested.get(name, 0) + value
@@ -363,7 +407,38 @@ class NodeInfo:
                 self.free[name] += value
             self.nonzero_cpu -= pod.nonzero_cpu
             self.nonzero_memory -= pod.nonzero_memory
+            release_gpus(self.gpu_used, pod, self.gpu_held.pop(key, ()))
         return pod
+
+
+def _fits_on(used: list[int], request: GpuRequest, indices: tuple[int, ...]) -> bool:
+    if request.whole:
+        return len(indices) == request.whole and all(used[i] == 0 for i in indices)
+    return len(indices) == 1 and used[indices[0]] + request.milli <= MILLI_PER_GPU
+
+
+def release_gpus(used: list[int], pod: PodInfo, indices: tuple[int, ...]) -> None:
+    milli = pod.gpu.milli or MILLI_PER_GPU
+    for i in indices:
+        used[i] -= milli
+
+
+def take_gpus(used: list[int], pod: PodInfo) -> bool:
+    """Simulate placing `pod` on GPUs with `used` (changed in place); False if it cannot."""
+    indices = choose_gpus(used, pod.gpu)
+    if indices is None:
+        return False
+    milli = pod.gpu.milli or MILLI_PER_GPU
+    for i in indices:
+        used[i] += milli
+    return True
+
+
+def gpu_shortage(pod: PodInfo, used: list[int]) -> str | None:
+    """The reason a GPU pod finds no GPUs for it in `used`, None if it does."""
+    if not pod.gpu or choose_gpus(used, pod.gpu) is not None:
+        return None
+    return f"Insufficient {GPU_RESOURCE if pod.gpu.whole else GPU_MILLI_RESOURCE}"
 
 
 # --- filters -----------------------------------------------------------------------------------
@@ -382,8 +457,9 @@ def matches_node_affinity(pod: PodInfo, node: NodeInfo) -> bool:
 
 
 def insufficient_resources(pod: PodInfo, node: NodeInfo, requested: dict[str, int],
-                           pod_count: int) -> Status | None:
-    """NodeResourcesFit against given usage (the node's, or with pods removed or added)."""
+                           pod_count: int, gpu_used: list[int] | None = None) -> Status | None:
+    """NodeResourcesFit against given usage (the node's, or with pods removed or added),
+    then the GPUs device by device (`gpu_used`: per-GPU usage to check, default the node's)."""
     reasons: list[str] = []
     code = UNSCHEDULABLE
     if pod_count + 1 > node.max_pods:
@@ -395,22 +471,31 @@ def insufficient_resources(pod: PodInfo, node: NodeInfo, requested: dict[str, in
             reasons.append(reason)
             if want > have:
                 code = UNRESOLVABLE  # not even the empty node would do
+    if not reasons and pod.gpu:
+        shortage = gpu_shortage(pod, node.gpu_used if gpu_used is None else gpu_used)
+        if shortage is not None:
+            reasons.append(shortage)
     return (code, tuple(reasons)) if reasons else None
 
 
 def nominated_usage(pod: PodInfo, node: NodeInfo, nominated: dict[PodKey, PodInfo] | None
-                    ) -> tuple[dict[str, int], int]:
-    """The node's usage plus pods nominated to it that the pod must not take room from."""
+                    ) -> tuple[dict[str, int], int, list[int]]:
+    """The node's usage (requests, pod count, per-GPU thousandths) plus the pods nominated
+    to it that the pod must not take room from: those of priority at least as high."""
+    requested, count, gpu_used = node.requested, len(node.pods), node.gpu_used
     if not nominated:
-        return node.requested, len(node.pods)
-    requested, count = node.requested, len(node.pods)
+        return requested, count, gpu_used
     for other in nominated.values():
         if other.priority >= pod.priority and other.key != pod.key:
             if requested is node.requested:
                 requested = dict(requested)
             _add(requested, other.requests)
             count += 1
-    return requested, count
+            if other.gpu:
+                if gpu_used is node.gpu_used:
+                    gpu_used = list(gpu_used)
+                take_gpus(gpu_used, other)
+    return requested, count, gpu_used
 
 
 def filter_node(pod: PodInfo, node: NodeInfo,
@@ -427,15 +512,16 @@ def filter_node(pod: PodInfo, node: NodeInfo,
             pod, node):
         return (UNRESOLVABLE, (REASON_NODE_AFFINITY,))
     if nominated:
-        requested, count = nominated_usage(pod, node, nominated)
-        return insufficient_resources(pod, node, requested, count)
+        requested, count, gpu_used = nominated_usage(pod, node, nominated)
+        return insufficient_resources(pod, node, requested, count, gpu_used)
     if len(node.pods) < node.max_pods:
         free = node.free
         for name, want, _ in pod.fit_order:
             if want > free.get(name, 0):
                 break
         else:
-            return None
+            if not pod.gpu or gpu_shortage(pod, node.gpu_used) is None:
+                return None
     return insufficient_resources(pod, node, node.requested, len(node.pods))
 
 

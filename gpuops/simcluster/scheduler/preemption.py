@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.gpus import MILLI_PER_GPU
 from ..core.selectors import Requirement, labels_match, selector_from_spec
 from .filters import (
     UNRESOLVABLE,
@@ -27,6 +28,7 @@ from .filters import (
     fit_error_message,
     insufficient_resources,
     nominated_usage,
+    release_gpus,
 )
 
 REASON_NOT_HELPFUL = "Preemption is not helpful for scheduling"
@@ -98,13 +100,14 @@ def select_victims_on_node(pod: PodInfo, node: NodeInfo,
     lower = sorted((p for p in node.pods.values() if p.priority < pod.priority), key=_importance)
     if not lower:
         return (UNRESOLVABLE, (REASON_NO_VICTIMS,))
-    base, count = nominated_usage(pod, node, nominated)
-    requested = dict(base)
+    base, count, base_gpus = nominated_usage(pod, node, nominated)
+    requested, gpu_used = dict(base), list(base_gpus)
     for victim in lower:
         for name, value in victim.requests.items():
             requested[name] -= value
+        release_gpus(gpu_used, victim, node.gpu_held.get(victim.key, ()))
     count -= len(lower)
-    status = insufficient_resources(pod, node, requested, count)
+    status = insufficient_resources(pod, node, requested, count, gpu_used)
     if status is not None:
         return status
     violating, fine = split_by_budget(lower, budgets)
@@ -112,17 +115,27 @@ def select_victims_on_node(pod: PodInfo, node: NodeInfo,
     violations = 0
     for group, counts_as_violation in ((violating, True), (fine, False)):
         for candidate in group:
+            held = node.gpu_held.get(candidate.key, ())
             for name, value in candidate.requests.items():
                 requested[name] = requested.get(name, 0) + value
-            if insufficient_resources(pod, node, requested, count + 1) is None:
+            _hold(gpu_used, candidate, held)
+            if insufficient_resources(pod, node, requested, count + 1, gpu_used) is None:
                 count += 1  # reprieved: it stays
                 continue
             for name, value in candidate.requests.items():
                 requested[name] -= value
+            release_gpus(gpu_used, candidate, held)
             victims.append(candidate)
             violations += counts_as_violation
     victims.sort(key=_importance)
     return Candidate(node.name, tuple(victims), violations)
+
+
+def _hold(gpu_used: list[int], pod: PodInfo, indices: tuple[int, ...]) -> None:
+    """Give a reprieved victim its GPUs back."""
+    milli = pod.gpu.milli or MILLI_PER_GPU
+    for i in indices:
+        gpu_used[i] += milli
 
 
 def pick_one_node(candidates: list[Candidate]) -> Candidate:

@@ -25,8 +25,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gpuops.common.annotations import GPU_INDEX
+
 from ..core import errors
 from ..core.clock import VirtualClock, rfc3339
+from ..core.gpus import choose_gpus, format_gpu_index
 from ..core.pdb import budget_from_store
 from ..core.recorder import Recorder
 from ..core.resources import ResourceType
@@ -37,6 +40,7 @@ from .filters import (
     PodKey,
     filter_node,
     node_static_fields,
+    nominated_usage,
     truncate_event_message,
 )
 from .preemption import Budget
@@ -294,9 +298,12 @@ class Scheduler:
             self._dequeue(info.key)
             return
         now = rfc3339(self.clock.now())
+        gpus = self._choose_gpus(info, node)
 
         def assign(p: dict[str, Any]) -> None:
             p["spec"]["nodeName"] = node
+            if gpus:  # a Binding's annotations land on the pod, as kube-apiserver does
+                p["metadata"].setdefault("annotations", {})[GPU_INDEX] = format_gpu_index(gpus)
             set_pod_condition(p.setdefault("status", {}),
                               {"type": "PodScheduled", "status": "True"}, now)
 
@@ -305,6 +312,15 @@ class Scheduler:
         self.recorder.record(bound, "Scheduled",
                              f"Successfully assigned {info.namespace}/{info.name} to {node}",
                              component=SCHEDULER_NAME)
+
+    def _choose_gpus(self, info: PodInfo, node: str) -> tuple[int, ...]:
+        """The GPUs of `node` the pod gets: as the filter found them, after the room of the
+        pods nominated there with a priority at least as high."""
+        target = self.view.nodes.get(node)
+        if target is None or not info.gpu:
+            return ()
+        _, _, used = nominated_usage(info, target, self.view.nominated.get(node))
+        return choose_gpus(used, info.gpu) or ()
 
     def _report_failure(self, info: PodInfo, message: str, nominated: str | None) -> None:
         """PodScheduled=False/Unschedulable, the nomination, and a FailedScheduling event."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
+from ..gpus import gpu_request_problem
 from .strategy import Strategy
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ def validate_pod_spec(spec: Any, path: str, kind: str, name: str) -> None:
             seen.add(c["name"])
             if not c.get("image"):
                 raise errors.invalid(kind, name, f"{where}.image", "Required value")
+    problem = gpu_request_problem(spec, path)
+    if problem is not None:
+        raise errors.invalid(kind, name, *problem)
 
 
 def _default_pod(store: Store, pod: dict[str, Any]) -> None:
