@@ -127,6 +127,7 @@ class PodSubresources:
 
         def assign(p: dict[str, Any]) -> None:
             p["spec"]["nodeName"] = node
+            p.setdefault("status", {}).pop("nominatedNodeName", None)  # KEP-5278
             _add_condition(p, "PodScheduled", "", "", now)
             cond = p["status"]["conditions"][-1]
             cond.pop("reason")

@@ -156,9 +156,15 @@ def find_feasible(view: ClusterView, pod: PodInfo) -> tuple[list[NodeInfo], dict
 
 def schedule_one(view: ClusterView, pod: PodInfo, *, strategy: str = "LeastAllocated",
                  budgets: Callable[[], list[Budget]] = list) -> Outcome:
-    """Decide for one pending pod. `budgets` is called only if preemption is tried."""
+    """Decide for one pending pod. `budgets` is called only if preemption is tried.
+
+    A pod's `status.nominatedNodeName` — set by an earlier preemption or, since KEP-5278
+    (NominatedNodeNameForExpectation, beta in 1.35), by any component — is tried first and
+    wins if the pod fits there; otherwise the pod goes through every node as usual. A failed
+    cycle never clears it (the nominated node may not exist yet); only preemption elsewhere
+    overwrites it, and binding clears it (ClearingNominatedNodeNameAfterBinding)."""
     if not view.order:
-        return Unschedulable(NO_NODES_AVAILABLE, "")
+        return Unschedulable(NO_NODES_AVAILABLE, None)
     nominated_node = view.nodes.get(pod.nominated_node) if pod.nominated_node else None
     if nominated_node is not None and nominated_node.present and filter_node(
             pod, nominated_node, view.nominated.get(nominated_node.name)) is None:
@@ -174,9 +180,9 @@ def schedule_one(view: ClusterView, pod: PodInfo, *, strategy: str = "LeastAlloc
     candidates, post = find_candidates(pod, view.order, view.nodes, statuses, view.nominated,
                                        None if all(s[0] == UNRESOLVABLE
                                                    for s in statuses.values()) else budgets())
-    if not candidates:
+    if not candidates:  # the nomination stays (KEP-5278): its setter may expect a node
         return Unschedulable(fit_error_message(num_nodes, statuses.values(),
-                                               preemption_failure_message(post)), "")
+                                               preemption_failure_message(post)), None)
     best = pick_one_node(candidates)
     demoted = tuple(p for p in view.nominated.get(best.node, {}).values()
                     if p.priority < pod.priority and p.key != pod.key)

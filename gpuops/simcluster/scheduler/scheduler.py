@@ -9,9 +9,13 @@ the plumbing around them:
   deleted or finished, such that the pod now passes the filters on that node), then retries
   after its back-off; with no such change it is retried every 5 minutes;
 - the writes kube-scheduler and the apiserver make: binding (spec.nodeName with the
-  PodScheduled=True condition, in one write), `PodScheduled=False/Unschedulable` with the
-  message, `status.nominatedNodeName`, `Scheduled` / `FailedScheduling` / `Preempted` events,
-  and victims marked `DisruptionTarget` (PreemptionByScheduler) then gracefully deleted.
+  PodScheduled=True condition and the pod's GPUs, `status.nominatedNodeName` cleared, in one
+  write), `PodScheduled=False/Unschedulable` with the message, `status.nominatedNodeName`
+  after a preemption, `Scheduled` / `FailedScheduling` / `Preempted` events, and victims
+  marked `DisruptionTarget` (PreemptionByScheduler) then gracefully deleted.
+- a nomination another component writes through pods/status (KEP-5278) is taken into the
+  view at once: it is tried first for its pod and holds room there against pods of equal or
+  lower priority, as a preemption's does.
 
 Scoring: LeastAllocated by default (spreads pods, so GPUs fragment as in real clusters);
 `SchedulerConfig(scoring="MostAllocated")` (a scenario's `sim.scheduler_scoring`) packs instead.
@@ -302,6 +306,8 @@ class Scheduler:
 
         def assign(p: dict[str, Any]) -> None:
             p["spec"]["nodeName"] = node
+            # kube-apiserver clears the nomination on binding (KEP-5278), wherever it pointed
+            (p.get("status") or {}).pop("nominatedNodeName", None)
             if gpus:  # a Binding's annotations land on the pod, as kube-apiserver does
                 p["metadata"].setdefault("annotations", {})[GPU_INDEX] = format_gpu_index(gpus)
             set_pod_condition(p.setdefault("status", {}),

@@ -144,6 +144,16 @@ def _qos_class(spec: dict[str, Any]) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+def _changed_tolerations(old: list[Obj], new: list[Obj]) -> bool:
+    """As `validateOnlyAddedTolerations`: every existing toleration must still be there
+    (only its tolerationSeconds may change); new ones may be added."""
+    def identity(t: Obj) -> tuple[str, str, str, str]:
+        return (t.get("key") or "", t.get("operator") or "Equal", str(t.get("value") or ""),
+                t.get("effect") or "")
+    kept = {identity(t) for t in new}
+    return any(identity(t) not in kept for t in old)
+
+
 def _check_pod_update(old: dict[str, Any], new: dict[str, Any]) -> None:
     """Most of a pod's spec is immutable; images, tolerations (additions) and
     activeDeadlineSeconds may change, and nodeName only through binding."""
@@ -158,6 +168,11 @@ def _check_pod_update(old: dict[str, Any], new: dict[str, Any]) -> None:
                                  "`spec.activeDeadlineSeconds`, `spec.tolerations` (only "
                                  "additions to existing tolerations), "
                                  "`spec.terminationGracePeriodSeconds`")
+    removed = _changed_tolerations(o.get("tolerations") or [], n.get("tolerations") or [])
+    if removed:
+        raise errors.invalid("Pod", old["metadata"]["name"], "spec.tolerations",
+                             "Forbidden: existing toleration can not be modified except its "
+                             "tolerationSeconds")
     if o.get("nodeName") and n.get("nodeName") != o.get("nodeName"):
         raise errors.invalid("Pod", old["metadata"]["name"], "spec.nodeName",
                              "Forbidden: pod is already bound to a node")
