@@ -45,6 +45,7 @@ class PackState:
         self.pod_sig = np.asarray(pod_sig, dtype=np.int64)
         self.pod_node = np.full(len(self.pod_cpu), -1, dtype=np.int64)
         self.pod_gpus: list[tuple[int, ...]] = [()] * len(self.pod_cpu)
+        self.pod_dev0 = np.full(len(self.pod_cpu), -1, dtype=np.int64)  # first device held
         self.version = np.zeros(self.n, dtype=np.int64)
         self.pods_on: list[set[int]] = [set() for _ in range(self.n)]
 
@@ -85,7 +86,7 @@ class PackState:
     def copy(self) -> PackState:
         other = object.__new__(PackState)
         other.__dict__.update(self.__dict__)
-        for name in ("cpu_free", "mem_free", "gpu_free", "pod_node", "version"):
+        for name in ("cpu_free", "mem_free", "gpu_free", "pod_node", "pod_dev0", "version"):
             setattr(other, name, getattr(self, name).copy())
         other.pod_gpus = list(self.pod_gpus)
         other.pods_on = [set(s) for s in self.pods_on]
@@ -101,6 +102,7 @@ class PackState:
             self.gpu_free[node, g] -= milli
         self.pod_node[p] = node
         self.pod_gpus[p] = gpu_ids
+        self.pod_dev0[p] = gpu_ids[0] if gpu_ids else -1
         self.version[node] += 1
         self.pods_on[node].add(p)
 
@@ -114,6 +116,7 @@ class PackState:
             self.gpu_free[node, g] += milli
         self.pod_node[p] = -1
         self.pod_gpus[p] = ()
+        self.pod_dev0[p] = -1
         self.version[node] += 1
         self.pods_on[node].discard(p)
         return node, gpu_ids
