@@ -69,3 +69,44 @@ def test_redaction_bench_reports_leaks_unit_and_end_to_end(prefect_server, capsy
     assert {"formats", "leaked_unit", "leaked_end_to_end", "false_redaction_pct",
             "false_redaction_e2e_pct", "secret_reads", "cases_captured"} <= set(result)
     assert result["formats"] == 4 and result["cases_captured"] == 12
+
+
+def _write_trace(tmp_path, *, with_spec: bool):
+    import random
+
+    rng = random.Random(7)
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+        f"node-{i:02},{rng.choice([32000, 64000])},262144,{rng.choice([2, 4, 8])},"
+        f"{'T4' if i % 2 else 'V100'}\n" for i in range(12)))
+    pods = tmp_path / "pods.csv"
+    header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli" + (",gpu_spec" if with_spec else "")
+    rows = []
+    for i in range(120):
+        num = rng.choice([0, 1, 1, 1, 2, 4])
+        milli = rng.choice([250, 500, 1000]) if num == 1 else (1000 if num else 0)
+        spec = (",V100|T4" if i % 3 else ",T4") if with_spec else ""
+        rows.append(f"pod-{i:03},{rng.choice([2000, 4000, 8000])},8192,{num},{milli}{spec}")
+    pods.write_text(header + "\n" + "\n".join(rows) + "\n")
+    return nodes, pods
+
+
+@pytest.mark.parametrize("with_spec", [False, True])
+def test_packing_bench_reports_every_arm_at_every_arrival_point(tmp_path, capsys, with_spec):
+    from gpuops.bench import packing
+
+    nodes, pods = _write_trace(tmp_path, with_spec=with_spec)
+    result = packing.main(json_output=True, nodes=str(nodes), pods=str(pods), seeds=2,
+                          stress=with_spec, time_limit_s=2)
+    last_line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last_line) == result
+    arms = set(packing.arm_names())
+    assert {"default", "best_fit", "fgd", "default+gpuops-5", "best_fit+fragmultipod-1"} <= arms
+    for key in ("unallocated_gpu_pct", "stranded_gpus", "pods_moved_pct"):
+        assert set(result[key]) == arms
+        assert all(set(row) == {"90", "95", "100", "110", "130"} for row in result[key].values())
+    assert set(result["plan_s"]) == arms
+    assert result["nodes"] == 12 and result["pods_in_list"] == 120
+    # a budget of 5 % never moves more than 5 % of the running pods
+    assert all(result["pods_moved_pct"][f"{p}+{k}-5"]["100"] <= 5.0
+               for p in ("default", "best_fit") for k in ("gpuops", "fragmultipod"))
