@@ -306,16 +306,3 @@ def test_node_shutdown_deletes_the_node_and_its_pods_and_the_pool_replaces_it(si
     replacement = wait_for(lambda: pool_nodes(sim.api, "gpu"), message="a replacement node")
     assert replacement[0].metadata.name != node
     assert ready(replacement[0]) == ("False", "KubeletNotReady")
-
-
-def test_gpu_fragmentation_leaves_no_node_with_all_its_gpus_free(sim_factory, tmp_path):
-    sim = sim_factory(write_scenario(tmp_path, gpu_size=3))
-    result = sim.fault("gpu-fragmentation", pool="gpu", podsPerNode=2)
-    assert len(result["pods"]) == 6
-    nodes = pool_nodes(sim.api, "gpu")
-    free = {n.metadata.name: free_gpus(sim.api, n) for n in nodes}
-    assert free == result["freeGpus"]
-    assert set(free.values()) == {6}  # 18 GPUs idle, yet no 8-GPU pod fits anywhere
-    pods = client.CoreV1Api(sim.api).list_namespaced_pod(
-        "default", label_selector="gpuops.io/filler=true").items
-    assert {p.spec.node_name for p in pods} == set(free)

@@ -19,12 +19,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import AliasChoices, Field
-
-from gpuops.common.quantity import parse_quantity
+from pydantic import Field
 
 from ..core import errors
-from ..core.admission import admit_create
 from ..core.clock import VirtualClock, parse_rfc3339, rfc3339
 from ..core.faults import FaultParams, FaultRegistry
 from ..core.gpus import GPU_RESOURCE
@@ -35,13 +32,12 @@ from ..core.nodes import (
     TAINT_UNSCHEDULABLE,
     add_taint,
     condition,
-    holds_resources,
-    is_ready,
 )
 from ..core.nodewrites import remove_node, report_ready
 from ..core.recorder import Recorder
 from ..core.store import Store
-from .nodes import advertise_gpus, gpu_feature_labels, pod_gpu_request
+from .fragmentation import FragmentParams, GpuFragmentation
+from .nodes import advertise_gpus, gpu_feature_labels
 from .pools import NodePool, NodePools
 
 if TYPE_CHECKING:
@@ -56,12 +52,6 @@ class NodePoolsConfig:
     tick_seconds: float = 0.5  # virtual seconds between the controller's steps
     aws_endpoint: str | None = None  # moto's URL: pools backed by AWS follow their group
     aws_poll_seconds: float = 2.0  # virtual seconds between reads of the groups' sizes
-
-
-def free_gpus(node: Obj, pods: list[Obj]) -> int:
-    allocatable = int(parse_quantity(((node.get("status") or {}).get("allocatable") or {}).get(
-        GPU_RESOURCE, 0)))
-    return allocatable - sum(pod_gpu_request(p) for p in pods if holds_resources(p))
 
 
 @dataclass
@@ -93,6 +83,7 @@ class NodePoolController:
         self.runtimes: dict[str, PoolRuntime] = {}
         self._timeline: list[tuple[float, int, str, str, str]] = []  # due, seq, action, node, uid
         self._seq = itertools.count()
+        self.fragmentation = GpuFragmentation(store, nodes, pools.by_name)
         self._sync_pools()
 
     async def run(self) -> None:
@@ -107,6 +98,7 @@ class NodePoolController:
         for runtime in self.runtimes.values():
             self._reconcile(runtime, now)
         self._progress_removals(now)
+        self.fragmentation.step()
 
     def _sync_pools(self) -> None:
         """Pick up pools added since (a scenario loaded into the running cluster)."""
@@ -262,9 +254,12 @@ class NodePoolController:
         faults.register("scale-pool", self.scale_pool,
                         "resize a pool that is not following AWS", params=ScalePoolParams,
                         target="a node pool (or params.pool)")
-        faults.register("gpu-fragmentation", self.fragment_gpus,
-                        "place 1-GPU filler pods on every node of a pool so none keeps all its "
-                        "GPUs free", params=FragmentParams, target="a node pool (or params.pool)")
+        faults.register("gpu-fragmentation", self.fragmentation.inject,
+                        "strand GPUs in a pool: small GPU pods of Deployments leave 1-3 GPUs "
+                        "free on every node, then a Job asking for a whole node stays Pending "
+                        "although the free GPUs in total would hold it; moving the pods of one "
+                        "node (the answer's `repack`) fixes it", params=FragmentParams,
+                        target="a node pool (or params.pool; none: the first that works)")
 
     def _runtime(self, target: str | None, params: dict[str, Any]) -> PoolRuntime:
         name = params.get("pool") or target
@@ -291,55 +286,9 @@ class NodePoolController:
         self._reconcile(runtime, self.clock.time())
         return {"pool": pool.name, "from": before, "to": size}
 
-    def fragment_gpus(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
-        runtime = self._runtime(target, params)
-        per_node, namespace = params["podsPerNode"], params["namespace"]
-        created, free_after = [], {}
-        for name in sorted(self.index.pool_nodes(runtime.pool.name)):
-            node = self._node(name)
-            if not is_ready(node) or (node.get("spec") or {}).get("unschedulable"):
-                continue
-            free = free_gpus(node, self.index.pods_on(name))
-            count = min(per_node, free)
-            for _ in range(count):
-                body = admit_create(self.store, self.index.pods_type,
-                                    _filler_pod(runtime.pool, name, params))
-                pod = self.store.create(self.index.pods_type, body, namespace)
-                created.append(pod["metadata"]["name"])
-            free_after[name] = free - count
-        return {"pool": runtime.pool.name, "pods": created, "freeGpus": free_after}
-
-
 class ScalePoolParams(FaultParams):
     pool: str | None = Field(None, min_length=1, description="the pool (default: the target)")
     size: int = Field(ge=0, le=10_000, description="nodes wanted, up to the pool's maxSize")
-
-
-class FragmentParams(FaultParams):
-    pool: str | None = Field(None, min_length=1, description="the pool (default: the target)")
-    podsPerNode: int = Field(1, ge=1, le=64, validation_alias=AliasChoices(
-        "podsPerNode", "pods_per_node"), description="1-GPU filler pods per node")
-    namespace: str = Field("default", min_length=1, description="where the filler pods go")
-    priorityClassName: str | None = Field(None, min_length=1,
-                                          description="the filler pods' PriorityClass")
-
-
-def _filler_pod(pool: NodePool, node: str, params: dict[str, Any]) -> Obj:
-    spec: Obj = {
-        "nodeName": node, "restartPolicy": "Always",
-        "containers": [{
-            "name": "filler", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-            "command": ["sleep", "infinity"],
-            "resources": {"requests": {"cpu": "1", "memory": "4Gi", GPU_RESOURCE: "1"},
-                          "limits": {"memory": "4Gi", GPU_RESOURCE: "1"}}}],
-        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-    }
-    if params.get("priorityClassName"):
-        spec["priorityClassName"] = params["priorityClassName"]
-    return {"metadata": {"generateName": f"gpu-filler-{pool.name}-",
-                         "labels": {"app": "gpu-filler", "gpuops.io/filler": "true",
-                                    POOL_LABEL: pool.name}},
-            "spec": spec}
 
 
 def _instance_of(node: Obj) -> str:

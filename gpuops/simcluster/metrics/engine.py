@@ -34,6 +34,7 @@ from ..core.faults import FaultParams, FaultRegistry
 from ..core.gpus import GpuAllocations
 from ..core.store import Store
 from .dcgm import render_gpu_metrics
+from .idlegpus import IdleGpus, IdleParams
 from .serving import (
     FINISH_REASONS,
     Degradation,
@@ -85,6 +86,8 @@ class MetricsEngine:
         self.degrade_rules: list[DegradeRule] = []
         self.last_t = self.clock.time()
         self.node_type = store.type("nodes")
+        self.pod_type = store.type("pods")
+        self.idle = IdleGpus(store)
         self.index = ServingIndex(store, gpus, before_change=self.catch_up)
         self.gpus = gpus
         self.registry = CollectorRegistry(auto_describe=False)
@@ -160,7 +163,14 @@ class MetricsEngine:
         return result
 
     def gpu_util_of(self, view: PodView) -> float | None:
-        """A serving replica's GPU utilisation from its load (None: not a serving replica)."""
+        """A pod's GPU utilisation when something sets it: a `gpu-idle` rule, or a serving
+        replica's load (None: neither, the exporter's default applies)."""
+        if self.idle.rules:
+            pod = self.index.store.find(self.pod_type, view.namespace, view.name)
+            if pod is not None:
+                idle = self.idle.util_of(view.namespace, pod["metadata"].get("labels") or {})
+                if idle is not None:
+                    return idle
         if view.uid not in self.index.pod_pools:
             return None
         state = self.states.get(view.uid)
@@ -246,6 +256,12 @@ class MetricsEngine:
                      "slower first and next tokens, a share of requests fail",
                      params=BadVersionParams,
                      target="an InferencePool `namespace/name` (or params.image)")
+        reg.register("gpu-idle", self.idle.inject,
+                     "a workload keeps its GPUs but stops using them: DCGM shows ~0 % "
+                     "utilisation on the GPUs its pods hold (replacements too) until "
+                     "`clear: true`", params=IdleParams,
+                     target="a workload `namespace/name` / `kind/namespace/name`, or a "
+                     "namespace with params.selector")
         reg.register("good-version", self._good_version,
                      "clear bad-version faults (all, or those of the target / params.image)",
                      params=GoodVersionParams, target="an InferencePool `namespace/name`")
