@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuops.tasks.evidence import (
+from gpuops.tasks.restarts.evidence import (
     ContainerState,
     KubeEvent,
     NodeCondition,

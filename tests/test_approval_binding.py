@@ -19,10 +19,10 @@ from prefect.runtime import flow_run as runtime_flow_run
 
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
-from gpuops.tasks import slack
-from gpuops.tasks.approval import Approval
-from gpuops.tasks.approval_blocks import ApprovalRequest, request_blocks
-from gpuops.tasks.approval_record import asked_input_key, read_asked_approval
+from gpuops.tasks.approvals.block_kit import ApprovalRequest, request_blocks
+from gpuops.tasks.approvals.record import asked_input_key, read_asked_approval
+from gpuops.tasks.approvals.request import Approval
+from gpuops.tasks.clients import slack
 from tests import helpers
 from tests.helpers import wait_for
 from tests.test_approvals import (

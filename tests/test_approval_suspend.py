@@ -26,7 +26,7 @@ from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFi
 from prefect.flow_runs import resume_flow_run
 
 from gpuops.sensors.approval_sweeper import SuspendedApproval, overdue, sweep_once
-from gpuops.tasks.approval_blocks import AskedApproval
+from gpuops.tasks.approvals.block_kit import AskedApproval
 from tests.helpers import wait_for
 from tests.test_approvals import (
     ALICE,

@@ -26,7 +26,7 @@ from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.deployments.services import free_port
 from gpuops.flows.drain_node import drain_node
 from gpuops.sensors.slack_receiver import build_receiver, serve_http
-from gpuops.tasks.approval import Approval, not_approved_message
+from gpuops.tasks.approvals.request import Approval, not_approved_message
 from tests import helpers
 from tests.helpers import wait_for
 

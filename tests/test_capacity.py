@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gpuops.tasks.capacity import (
+from gpuops.tasks.capacity.plan import (
     GpuQuota,
     ModelProfile,
     NodePoolSpec,

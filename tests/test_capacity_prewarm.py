@@ -31,12 +31,12 @@ from gpuops.common.errors import LimitViolation, PrometheusQueryError, Prometheu
 from gpuops.deployments.cli import app
 from gpuops.deployments.services import free_port
 from gpuops.flows.capacity_prewarm import capacity_prewarm
-from gpuops.tasks.aws import Aws, GpuBudget
-from gpuops.tasks.aws_actions import PlaceholderCapacity
-from gpuops.tasks.capacity import CapacityPlan, NodePoolSpec
-from gpuops.tasks.kube import Kube
-from gpuops.tasks.prewarm import PoolState, derive_targets, placeholder_pods, pool_usage
-from gpuops.tasks.prometheus import Prometheus
+from gpuops.tasks.actions.nodepools import PlaceholderCapacity
+from gpuops.tasks.capacity.plan import CapacityPlan, NodePoolSpec
+from gpuops.tasks.capacity.prewarm import PoolState, derive_targets, placeholder_pods, pool_usage
+from gpuops.tasks.clients.aws import Aws, GpuBudget
+from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.clients.prometheus import Prometheus
 from tests import helpers
 from tests.helpers import wait_for
 
@@ -482,7 +482,7 @@ def test_targets_never_go_below_what_is_in_use_and_respect_aws_limits_and_quotas
     targets = {t.pool: t for t in derive_targets(plan, pools, states)}
     assert targets["a"].target == 3 and "in use" in targets["a"].notes[0]
     assert targets["b"].target == 4 and "maxSize 4" in targets["b"].notes[0]
-    from gpuops.tasks.capacity import GpuQuota
+    from gpuops.tasks.capacity.plan import GpuQuota
     with pytest.raises(LimitViolation, match=r"^quotas\['p5'\].max_gpus: the targets need 56"):
         derive_targets(plan, pools, states, [GpuQuota("p5", 48)])
 

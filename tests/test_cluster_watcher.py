@@ -18,8 +18,8 @@ from prefect.events.filters import (
 )
 
 from gpuops.sensors.cluster_watcher import ClusterWatcher
-from gpuops.tasks.evidence import RestartEvidence
-from gpuops.tasks.kube import Kube
+from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.restarts.evidence import RestartEvidence
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -120,7 +120,7 @@ def test_an_evicted_pod_is_reported_once_across_updates_and_a_watcher_restart(tm
     """A one-off trigger (pod failed, restartCount 0) is remembered like a restart is."""
     from kubernetes import client as k8s
 
-    from gpuops.tasks.evidence import ContainerState, Workload
+    from gpuops.tasks.restarts.evidence import ContainerState, Workload
 
     evicted = {"metadata": {"name": "ev", "namespace": "default", "uid": "u-1"},
                "spec": {"containers": [{"name": "main"}]},

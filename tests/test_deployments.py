@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from gpuops.sensors.cluster_watcher import ClusterWatcher
-from gpuops.tasks.kube import Kube
+from gpuops.tasks.clients.kube import Kube
 from tests.helpers import wait_for
 from tests.test_restart_diagnostics import node, pod
 

@@ -8,11 +8,17 @@ from pathlib import Path
 import pytest
 
 from gpuops.common.errors import ConfigError
-from gpuops.tasks import restart_conditions
-from gpuops.tasks.diagnose import Diagnosis, default_rules, diagnose, exit_meaning, load_rules
-from gpuops.tasks.evidence import ContainerState, TerminatedState
-from gpuops.tasks.restart_conditions import EVALUATORS, condition
-from gpuops.tasks.restart_rules import CONDITION_KEYS
+from gpuops.tasks.restarts import conditions as restart_conditions
+from gpuops.tasks.restarts.conditions import EVALUATORS, condition
+from gpuops.tasks.restarts.diagnose import (
+    Diagnosis,
+    default_rules,
+    diagnose,
+    exit_meaning,
+    load_rules,
+)
+from gpuops.tasks.restarts.evidence import ContainerState, TerminatedState
+from gpuops.tasks.restarts.rules import CONDITION_KEYS
 from tests import restart_fixtures as fx
 
 BRIEF_CAUSES = {

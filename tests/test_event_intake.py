@@ -11,7 +11,7 @@ from prefect.events import Event
 from pydantic import ValidationError
 
 from gpuops.tasks.event_intake import REJECTED, EventIntake, Problem, validate_event
-from gpuops.tasks.evidence import RestartEvidence, rfc3339
+from gpuops.tasks.restarts.evidence import RestartEvidence, rfc3339
 from tests import restart_fixtures as fx
 
 SECRETISH = "2025-06-01T10:00:01Z password=hunter2"

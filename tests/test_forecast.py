@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpuops.tasks.forecast import (
+from gpuops.tasks.capacity.forecast import (
     forecast_demand,
     hourly_history,
     intra_hour_headroom,

@@ -22,7 +22,7 @@ from gpuops.deployments.history import (
     scenario_demand,
 )
 from gpuops.deployments.services import free_port, prometheus_data_dir, start_prometheus
-from gpuops.tasks.prometheus import Prometheus
+from gpuops.tasks.clients.prometheus import Prometheus
 
 DAY = 86400.0
 

@@ -16,8 +16,8 @@ from gpuops.common.labels import (
 )
 from gpuops.simcluster.core.errors import ApiError
 from gpuops.simcluster.core.selectors import parse_label_selector as simcluster_parse
-from gpuops.tasks.diagnose import diagnose
-from gpuops.tasks.restart_filters import skip_reason
+from gpuops.tasks.restarts.diagnose import diagnose
+from gpuops.tasks.restarts.filters import skip_reason
 from tests import restart_fixtures as fx
 
 WEB_GPU = {"app": "web", "tier": "gpu"}

@@ -19,7 +19,7 @@ from gpuops.blocks.restart_policy import RestartPolicy
 from gpuops.flows.restart_diagnostics import restart_diagnostics
 from gpuops.sensors.cluster_watcher import ClusterWatcher
 from gpuops.sensors.emitter import EventSender, build_event
-from gpuops.tasks.kube import Kube
+from gpuops.tasks.clients.kube import Kube
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(300)
@@ -261,7 +261,7 @@ def test_a_bad_event_payload_is_rejected_and_the_rest_handled(prefect_server, si
                                              "restart_count": "many"})])
     from datetime import timedelta
 
-    from gpuops.tasks.restart_events import read_restart_events
+    from gpuops.tasks.restarts.events import read_restart_events
     now = datetime.now(UTC)
     wait_for(lambda: asyncio.run(read_restart_events(name, now - timedelta(minutes=5),
                                                      now + timedelta(minutes=1))),
@@ -279,7 +279,7 @@ def test_a_burst_of_restarts_is_one_message_per_workload_and_cause(prefect_serve
     edited with the new count."""
     from datetime import timedelta
 
-    from gpuops.tasks.restart_events import read_restart_events
+    from gpuops.tasks.restarts.events import read_restart_events
     from tests import restart_fixtures as fx
 
     name = unique_cluster()
@@ -322,7 +322,7 @@ def test_a_failed_batch_is_tried_again_and_nothing_is_posted_twice(prefect_serve
     again."""
     from datetime import timedelta
 
-    from gpuops.tasks.restart_events import read_restart_events
+    from gpuops.tasks.restarts.events import read_restart_events
     from tests import restart_fixtures as fx
 
     name = unique_cluster()
@@ -431,7 +431,7 @@ def test_a_standing_run_hands_over_when_its_successor_is_due():
 def test_restart_events_arrive_live_for_this_cluster_only(prefect_server):
     """The standing run follows restart events as the server receives them (its events
     websocket), not only once stored: another cluster's events are not its business."""
-    from gpuops.tasks.restart_events import LiveRestartEvents
+    from gpuops.tasks.restarts.events import LiveRestartEvents
 
     mine, other = unique_cluster(), unique_cluster()
 
@@ -461,7 +461,7 @@ def test_slack_trouble_is_retried_and_definite_answers_are_not():
     from slack_sdk.errors import SlackApiError
     from slack_sdk.web import SlackResponse
 
-    from gpuops.tasks.restart_reporter import _worth_retrying
+    from gpuops.tasks.restarts.posting import _worth_retrying
 
     def failed(error: str):
         response = SlackResponse(client=None, http_verb="POST", api_url="", req_args={},
@@ -506,7 +506,7 @@ def test_a_poisoned_restart_event_is_skipped_and_recorded_and_later_restarts_are
     stop the restarts after it: it is rejected once (a log line naming the event and the
     field, a `gpuops.event.rejected` event without the value), the run's cursor moves past
     it, and the good restart reaches Slack; the next run does not trip over it again."""
-    from gpuops.tasks.restart_events import read_restart_events
+    from gpuops.tasks.restarts.events import read_restart_events
 
     name = unique_cluster()
     blocks = save_blocks(sim, slack_fake, name)
@@ -540,7 +540,7 @@ def test_a_restart_event_with_a_time_without_offset_is_taken_as_utc(prefect_serv
                                                                     slack_fake):
     """Kubernetes writes times in UTC: a time without an offset is read as UTC, so the
     restart is reported rather than failing the run on a naive/aware comparison."""
-    from gpuops.tasks.restart_events import read_restart_events
+    from gpuops.tasks.restarts.events import read_restart_events
 
     name = unique_cluster()
     blocks = save_blocks(sim, slack_fake, name)
@@ -566,7 +566,7 @@ def test_a_restarts_slack_parent_links_to_its_own_report_and_the_workloads_timel
 
     from prefect.client.schemas.filters import ArtifactFilterId
 
-    from gpuops.tasks.restart_events import read_restart_events
+    from gpuops.tasks.restarts.events import read_restart_events
 
     name = unique_cluster()
     blocks = save_blocks(sim, slack_fake, name)

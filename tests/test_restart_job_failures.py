@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes import client
 
-from gpuops.tasks.restart_events import read_restart_events
+from gpuops.tasks.restarts.events import read_restart_events
 from tests.helpers import wait_for
 from tests.test_restart_diagnostics import (  # noqa: F401 - `cluster` is a fixture
     cluster,
@@ -138,7 +138,7 @@ def test_the_jobs_end_comes_after_its_last_pods_failure_in_the_thread(prefect_se
 
     from gpuops.flows.restart_diagnostics import restart_diagnostics
     from gpuops.sensors.emitter import EventSender, build_event
-    from gpuops.tasks.evidence import JobFailure
+    from gpuops.tasks.restarts.evidence import JobFailure
     from tests import restart_fixtures as fx
     from tests.test_restart_diagnostics import unique_cluster
 

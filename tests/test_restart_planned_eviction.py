@@ -12,10 +12,10 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType
 
-from gpuops.tasks.actions import perform
-from gpuops.tasks.kube import Kube
-from gpuops.tasks.kube_actions import EvictPod
-from gpuops.tasks.restart_history import load_timeline
+from gpuops.tasks.actions.kube import EvictPod
+from gpuops.tasks.actions.perform import perform
+from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.restarts.history import load_timeline
 from tests.helpers import wait_for
 from tests.test_restart_diagnostics import (  # noqa: F401 - `cluster` is a fixture
     cluster,

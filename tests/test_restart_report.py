@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gpuops.tasks.diagnose import diagnose
-from gpuops.tasks.evidence import RestartEvidence, Workload
-from gpuops.tasks.restart_report import (
+from gpuops.tasks.restarts.diagnose import diagnose
+from gpuops.tasks.restarts.evidence import RestartEvidence, Workload
+from gpuops.tasks.restarts.report import (
     FIELD_LIMIT,
     HEADER_LIMIT,
     SECTION_LIMIT,
@@ -229,8 +229,8 @@ def test_a_failed_job_pod_says_it_was_not_restarted_and_shows_its_own_log():
 
 
 def test_a_jobs_failure_says_which_limit_it_reached_after_how_many_pods():
-    from gpuops.tasks.evidence import JobFailure
-    from gpuops.tasks.restart_report import job_failure_blocks, job_failure_summary
+    from gpuops.tasks.restarts.evidence import JobFailure
+    from gpuops.tasks.restarts.report import job_failure_blocks, job_failure_summary
 
     failure = JobFailure(cluster="prod-gpu", namespace="ml", name="finetune-llama",
                          uid="job-1", reason="BackoffLimitExceeded",
@@ -251,7 +251,7 @@ def test_a_jobs_failure_says_which_limit_it_reached_after_how_many_pods():
 
 
 def test_a_report_is_titled_by_time_workload_container_cause_and_exit():
-    from gpuops.tasks.restart_report import report_title
+    from gpuops.tasks.restarts.report import report_title
 
     ev = fx.job_pod_failed(fx.log_with(fx.CUDA_OOM_LINE), 1)
     assert report_title(ev, diagnose(ev)) == (

@@ -17,7 +17,7 @@ from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelling
 
 from gpuops.sensors.emitter import EventSender
-from gpuops.tasks.restart_trigger import restart_triggers
+from gpuops.tasks.restarts.trigger import restart_triggers
 from tests.helpers import wait_for
 from tests.test_restart_diagnostics import _restart_event
 from tests.test_served_runs import RESTARTS, running

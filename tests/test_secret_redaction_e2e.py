@@ -28,7 +28,7 @@ from gpuops.blocks.restart_policy import RestartPolicy
 from gpuops.flows.restart_diagnostics import restart_diagnostics
 from gpuops.sensors.cluster_watcher import ClusterWatcher
 from gpuops.sensors.pod_secrets import PodSecretReader, referenced_secrets
-from gpuops.tasks.kube import Kube
+from gpuops.tasks.clients.kube import Kube
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(300)

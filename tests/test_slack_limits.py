@@ -11,7 +11,7 @@ from prefect.client.orchestration import get_client
 from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
 
 from gpuops.blocks.restart_policy import RestartPolicy
-from gpuops.tasks.slack_limits import LeakyBucket, SlackLimits, take_slots
+from gpuops.tasks.restarts.slack_limits import LeakyBucket, SlackLimits, take_slots
 
 
 def test_a_locked_database_answer_is_retried_at_once():

@@ -26,7 +26,7 @@ from gpuops.common.settings import SlackSettings, get_settings
 from gpuops.deployments.services import free_port
 from gpuops.sensors.slack_interaction import MalformedInteraction, parse_click_payload
 from gpuops.sensors.slack_receiver import build_receiver, serve_http
-from gpuops.tasks.approval_blocks import button_value, parse_button_value
+from gpuops.tasks.approvals.block_kit import button_value, parse_button_value
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -35,7 +35,7 @@ from gpuops.deployments.services import free_port, start_slack_fake_server
 from gpuops.deployments.slackfake import start_slack_fake
 from gpuops.deployments.slackfake_mrkdwn import mrkdwn_to_html
 from gpuops.sensors.slack_receiver import build_receiver, serve_http
-from gpuops.tasks.approval_blocks import ApprovalRequest, request_blocks
+from gpuops.tasks.approvals.block_kit import ApprovalRequest, request_blocks
 from tests.helpers import wait_for
 from tests.servers import LoopThread
 

@@ -22,9 +22,9 @@ Set-up (every choice is an option of `run`):
   * reactive: cluster-autoscaler + HPA: replicas for the last minute's load and backlog at
     `target_utilization`; nodes requested when replicas do not fit (ready after the lag);
     a node removed after 10 minutes unneeded; at least one node per model.
-  * gpuops: every day at 23:00, forecast each model's next 25 hours (tasks/forecast.py on
+  * gpuops: every day at 23:00, forecast each model's next 25 hours (tasks/capacity/forecast.py on
     all history so far, headroom from the last 14 days of per-minute data), plan nodes with
-    tasks/capacity.py, and keep each hour's planned nodes as the pool's floor (EKS minSize),
+    tasks/capacity/plan.py, and keep each hour's planned nodes as the pool's floor (EKS minSize),
     raised `node_lag_s` + load p95 ahead so they are warm at the hour; the reactive
     autoscaler still runs on top, as it would in a cluster.
 - Reported per policy: GPU-hours and cost (nodes are paid from request to removal); the
@@ -48,8 +48,8 @@ import numpy as np
 import pandas as pd
 
 from gpuops.bench.capacity_solve import DEFAULT_SIZES, solve_time_table
-from gpuops.tasks.capacity import ModelProfile, NodePoolSpec, PlanOptions, plan_capacity
-from gpuops.tasks.forecast import forecast_demand
+from gpuops.tasks.capacity.forecast import forecast_demand
+from gpuops.tasks.capacity.plan import ModelProfile, NodePoolSpec, PlanOptions, plan_capacity
 
 POLICIES = ("static_peak", "reactive", "gpuops")
 TRACE = "alibaba-genai-2026/lora_request_trace.csv"

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuops.tasks.capacity import (
+from gpuops.tasks.capacity.plan import (
     CapacityPlan,
     GpuQuota,
     ModelProfile,

@@ -201,7 +201,7 @@ def end_to_end_figures(corpus: list[Credential], tmp: Path, seed: int, *, speed:
     from gpuops.sensors.cluster_watcher import ClusterWatcher
     from gpuops.simcluster.config import SimConfig
     from gpuops.simcluster.testing import SimClusterThread
-    from gpuops.tasks.kube import Kube
+    from gpuops.tasks.clients.kube import Kube
 
     cluster = f"redaction-{uuid.uuid4().hex[:8]}"
     sim = SimClusterThread(SimConfig(scenario="empty", speed=speed), tmp / "kubeconfig").start()

@@ -106,7 +106,7 @@ SETTLE_QUIET_S = 2.0
 DRAIN_QUIET_S = 3.0
 # The storm kills the watcher at 35 % of its duration and starts a new one 3 s later.
 MIN_DURATION_S = 5.0
-# fault kind, params, ground-truth cause id (gpuops/tasks/restart_rules.yaml), needs a GPU
+# fault kind, params, ground-truth cause id (gpuops/tasks/restarts/restart_rules.yaml), needs a GPU
 FAULTS: list[tuple[str, dict[str, Any], str, bool]] = [
     ("crashloop", {"exit_code": 3, "error": "RuntimeError: tokenizer.json is corrupt"},
      "app-error", False),
@@ -343,7 +343,7 @@ class RestartStorm:
     # --- setup ----------------------------------------------------------------------------
 
     def setup(self) -> None:
-        from gpuops.tasks.kube import Kube
+        from gpuops.tasks.clients.kube import Kube
 
         self.slack = services.start_slack_fake_server(self.tmp)
         self.stops.append(self.slack.stop)
@@ -571,7 +571,7 @@ class RestartStorm:
 
     def timeline_rows(self) -> dict[str, tuple[Any, Any]]:
         """identity -> (timeline, row) over this cluster's workload timelines."""
-        from gpuops.tasks.restart_history import load_all_timelines
+        from gpuops.tasks.restarts.history import load_all_timelines
 
         return {r.identity: (t, r) for t in asyncio.run(load_all_timelines())
                 if t.workload_key.startswith(f"{self.cluster}/") for r in t.rows}
@@ -597,7 +597,7 @@ class RestartStorm:
         """identity -> payload of this cluster's `gpuops.pod.restarted` events (50 a page)."""
         from datetime import UTC, datetime, timedelta
 
-        from gpuops.tasks.restart_events import read_restart_events
+        from gpuops.tasks.restarts.events import read_restart_events
 
         events = asyncio.run(read_restart_events(
             self.cluster, datetime.fromtimestamp(self.t0, UTC) - timedelta(minutes=1),

@@ -170,7 +170,7 @@ class CapacityConfig(Block):
     # The planner's inputs (imported lazily: cvxpy costs a second to import).
 
     def node_pool_specs(self, current_sizes: dict[str, int]) -> list[Any]:
-        from gpuops.tasks.capacity import NodePoolSpec
+        from gpuops.tasks.capacity.plan import NodePoolSpec
 
         return [NodePoolSpec(
             name=p.name, instance_type=p.instance_type, gpus_per_node=p.gpus_per_node,
@@ -180,7 +180,7 @@ class CapacityConfig(Block):
             max_nodes_added_per_hour=p.max_nodes_added_per_hour) for p in self.pools]
 
     def model_profiles(self) -> list[Any]:
-        from gpuops.tasks.capacity import ModelProfile
+        from gpuops.tasks.capacity.plan import ModelProfile
 
         return [ModelProfile(
             name=m.name, gpus_per_replica=m.gpus_per_replica,
@@ -188,12 +188,12 @@ class CapacityConfig(Block):
             load_time_s=m.load_time_s, min_replicas=m.min_replicas) for m in self.models]
 
     def gpu_quotas(self) -> list[Any]:
-        from gpuops.tasks.capacity import GpuQuota
+        from gpuops.tasks.capacity.plan import GpuQuota
 
         return [GpuQuota(q.family, q.max_gpus) for q in self.quotas]
 
     def plan_options(self) -> Any:
-        from gpuops.tasks.capacity import PlanOptions
+        from gpuops.tasks.capacity.plan import PlanOptions
 
         return PlanOptions(time_limit_s=self.time_limit_s, mip_rel_gap=self.mip_rel_gap)
 

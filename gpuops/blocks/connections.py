@@ -39,7 +39,7 @@ class KubernetesCluster(Block):
                    context=s.kube_context)
 
     def kube(self) -> Any:
-        from gpuops.tasks.kube import Kube
+        from gpuops.tasks.clients.kube import Kube
 
         return Kube.from_kubeconfig(self.kubeconfig_path, self.context, self.cluster_name)
 

@@ -18,7 +18,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from gpuops.common.errors import ConfigError
 from gpuops.common.labels import parse_label_selector
-from gpuops.tasks.restart_rules import RuleSet, default_rules, merge_rules, parse_rules
+from gpuops.tasks.restarts.rules import RuleSet, default_rules, merge_rules, parse_rules
 
 
 def looks_like_a_path(text: str) -> bool:

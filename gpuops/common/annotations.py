@@ -12,6 +12,9 @@ EVICTED_BY = PREFIX + "evicted-by"  # the flow run's id
 EVICTED_BY_RUN = PREFIX + "evicted-by-run"  # the flow run's name
 EVICTED_BY_FLOW = PREFIX + "evicted-by-flow"  # the flow's name (drain-node, ...)
 EVICTION_MARKS = (EVICTED_BY, EVICTED_BY_RUN, EVICTED_BY_FLOW)
+# A label, not an annotation: on the placeholder pods that hold capacity for a node pool, so
+# that counting a pool's use leaves them out.
+PLACEHOLDER_LABEL = PREFIX + "placeholder"
 
 
 def gpuops_annotations(annotations: dict[str, str] | None) -> dict[str, str]:

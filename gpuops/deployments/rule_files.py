@@ -12,7 +12,7 @@ from pathlib import Path
 from gpuops.blocks.loading import load_block
 from gpuops.blocks.restart_policy import RestartPolicy
 from gpuops.common.errors import BlockNotFound
-from gpuops.tasks.restart_rules import default_rules, merge_rules, parse_rules
+from gpuops.tasks.restarts.rules import default_rules, merge_rules, parse_rules
 
 
 async def load_rule_file(path: Path, policy_block: str) -> tuple[int, bool]:

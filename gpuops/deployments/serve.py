@@ -13,7 +13,7 @@ from prefect.schedules import Interval
 from gpuops.flows.capacity_prewarm import capacity_prewarm
 from gpuops.flows.drain_node import drain_node
 from gpuops.flows.restart_diagnostics import restart_diagnostics
-from gpuops.tasks.restart_events import RESTART_DIAGNOSTICS_EVENTS
+from gpuops.tasks.restarts.events import RESTART_DIAGNOSTICS_EVENTS
 
 TRIGGER_WINDOW = timedelta(seconds=10)
 STANDBY_INTERVAL = timedelta(minutes=15)

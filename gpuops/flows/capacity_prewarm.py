@@ -3,7 +3,7 @@
 Runs hourly (and on demand: `gpuops plan capacity`). Each run reads the demand history per
 model from Prometheus, forecasts the next `horizon_hours`, solves the capacity plan from the
 pools' current sizes, and derives what each pool must hold now so that capacity needed
-`lead_time_hours` ahead is requested in time (`tasks/prewarm.py`). If that adds more than
+`lead_time_hours` ahead is requested in time (`tasks/capacity/prewarm.py`). If that adds more than
 `approval_cost_per_hour` $/h it waits for approval (Slack or the UI; no answer is a no);
 then it applies through the safe-action layer (EKS minSize, ASG desired capacity, or
 placeholder pods). `mode` says which: "dry-run" (the default, also of the hourly deployment
@@ -38,23 +38,23 @@ from gpuops.blocks.connections import (
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.errors import TemporaryError
 from gpuops.common.settings import PrometheusSettings, get_settings
-from gpuops.tasks import capacity_report as report
-from gpuops.tasks.actions import SafeAction, hold_targets, perform, publish_actions_artifact
-from gpuops.tasks.approval import not_approved_message, request_approval
-from gpuops.tasks.approval_blocks import ApprovalRequest
-from gpuops.tasks.aws import Aws
-from gpuops.tasks.aws_actions import prewarm_actions
-from gpuops.tasks.capacity import CapacityPlan, plan_capacity
-from gpuops.tasks.demand import DemandHistory, read_demand
-from gpuops.tasks.forecast import (
+from gpuops.tasks.actions.perform import SafeAction, hold_targets, perform, publish_actions_artifact
+from gpuops.tasks.approvals.block_kit import ApprovalRequest
+from gpuops.tasks.approvals.request import not_approved_message, request_approval
+from gpuops.tasks.capacity import report
+from gpuops.tasks.capacity.demand import DemandHistory, read_demand
+from gpuops.tasks.capacity.forecast import (
     Forecast,
     InvalidDemandSeries,
     forecast_demand,
     hourly_history,
 )
-from gpuops.tasks.pool_state import read_pool_states
-from gpuops.tasks.prewarm import cost_summary, derive_targets
-from gpuops.tasks.prometheus import Prometheus
+from gpuops.tasks.capacity.plan import CapacityPlan, plan_capacity
+from gpuops.tasks.capacity.pool_actions import prewarm_actions
+from gpuops.tasks.capacity.pool_state import read_pool_states
+from gpuops.tasks.capacity.prewarm import cost_summary, derive_targets
+from gpuops.tasks.clients.aws import Aws
+from gpuops.tasks.clients.prometheus import Prometheus
 
 VERIFY_TIMEOUT_S = 300.0
 

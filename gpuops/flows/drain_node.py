@@ -16,11 +16,11 @@ from prefect.states import Completed
 from gpuops.blocks.connections import KubernetesCluster, SlackConnection, load_block
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.errors import KubeTooManyRequests
-from gpuops.tasks.actions import hold_targets, perform, publish_actions_artifact
-from gpuops.tasks.approval import not_approved_message, request_approval
-from gpuops.tasks.approval_blocks import ApprovalRequest
-from gpuops.tasks.drain import plan_drain
-from gpuops.tasks.kube_actions import CordonNode, EvictPod
+from gpuops.tasks.actions.drain import plan_drain
+from gpuops.tasks.actions.kube import CordonNode, EvictPod
+from gpuops.tasks.actions.perform import hold_targets, perform, publish_actions_artifact
+from gpuops.tasks.approvals.block_kit import ApprovalRequest
+from gpuops.tasks.approvals.request import not_approved_message, request_approval
 
 
 @flow(name="drain-node", log_prints=True)

@@ -12,7 +12,7 @@ state is never written by two runs at once.
 Events the trigger ignored inside its window are the responsibility of the run that window
 fired: a triggered run stays until its window, plus the event persister's delay, is over.
 
-While a run is up, the trigger rests (restart_trigger.py): the run pauses it when it starts
+While a run is up, the trigger rests (tasks/restarts/trigger.py): the run pauses it when it starts
 and resumes it as it leaves, before its last read of the events, so the trigger creates a
 run only when none is reading. A triggered run that still got queued behind the active one
 (fired in the moment before the pause) is taken over: the active run ends it "Superseded"
@@ -58,11 +58,11 @@ from gpuops.blocks.loading import load_block
 from gpuops.blocks.restart_policy import RestartPolicy
 from gpuops.common.latest import LatestSaver
 from gpuops.tasks.event_intake import EventIntake
-from gpuops.tasks.evidence import JobFailure, RestartEvidence
-from gpuops.tasks.restart_events import JOB_FAILED, LiveRestartEvents, read_restart_events
-from gpuops.tasks.restart_history import load_all_timelines
-from gpuops.tasks.restart_reporter import RestartReporter
-from gpuops.tasks.restart_trigger import set_restart_trigger, wake_restart_trigger_hook
+from gpuops.tasks.restarts.events import JOB_FAILED, LiveRestartEvents, read_restart_events
+from gpuops.tasks.restarts.evidence import JobFailure, RestartEvidence
+from gpuops.tasks.restarts.history import load_all_timelines
+from gpuops.tasks.restarts.posting import RestartReporter
+from gpuops.tasks.restarts.trigger import set_restart_trigger, wake_restart_trigger_hook
 
 CURSOR_VARIABLE = "gpuops-restarts-cursor"
 # Events arrive live (the server's events websocket) and are read back once stored, every

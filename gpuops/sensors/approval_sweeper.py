@@ -1,9 +1,9 @@
 """The approval sweeper: a suspended approval's timeout is a "no", though nobody waits.
 
-A run that suspends for approval (tasks/approval.py) has no process left to notice its
+A run that suspends for approval (tasks/approvals/request.py) has no process left to notice its
 deadline, and the server would only fail it once the suspension expires. The sweeper lists
 Suspended flow runs, reads the request record each one kept when it asked
-(tasks/approval_record.py), and resumes those past their deadline with
+(tasks/approvals/record.py), and resumes those past their deadline with
 `Approval(approved=False, approver="timeout")`. The re-run then ends
 exactly as a paused run that timed out: Slack message updated, `gpuops.approval.timed-out`
 emitted, a NotApproved state. Runs suspended by anything but a gpuops approval have no
@@ -29,9 +29,9 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 from prefect.exceptions import FlowPauseTimeout, NotPausedError
 
-from gpuops.tasks.approval import resume_approval, timed_out
-from gpuops.tasks.approval_blocks import AskedApproval
-from gpuops.tasks.approval_record import asked_input_key, read_asked_approval
+from gpuops.tasks.approvals.block_kit import AskedApproval
+from gpuops.tasks.approvals.record import asked_input_key, read_asked_approval
+from gpuops.tasks.approvals.request import resume_approval, timed_out
 
 log = logging.getLogger("gpuops.sensors.approvals")
 

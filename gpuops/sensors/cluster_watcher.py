@@ -33,8 +33,8 @@ from gpuops.sensors.job_failures import JobFailureWatch
 from gpuops.sensors.pod_secrets import PodSecretReader, redact_watcher_logs
 from gpuops.sensors.restart_detector import DetectedRestart, ReportedStore, detect_restarts
 from gpuops.sensors.watch_loop import WatchLoop
-from gpuops.tasks.evidence import RestartEvidence
-from gpuops.tasks.kube import Kube
+from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.restarts.evidence import RestartEvidence
 
 log = logging.getLogger("gpuops.sensors.watcher")
 

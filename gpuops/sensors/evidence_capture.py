@@ -19,7 +19,8 @@ from gpuops.common.errors import KubeError, KubeNotFound
 from gpuops.common.redact import pod_env_secrets, redact, redact_text
 from gpuops.sensors.job_failures import owning_workload
 from gpuops.sensors.restart_detector import DetectedRestart
-from gpuops.tasks.evidence import (
+from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.restarts.evidence import (
     Condition,
     ContainerState,
     KubeEvent,
@@ -29,7 +30,6 @@ from gpuops.tasks.evidence import (
     Workload,
     XidEvent,
 )
-from gpuops.tasks.kube import Kube
 
 log = logging.getLogger("gpuops.sensors.capture")
 

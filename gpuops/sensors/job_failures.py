@@ -26,8 +26,8 @@ from gpuops.common.errors import KubeError, KubeForbidden, KubeInvalid, KubeNotF
 from gpuops.sensors.emitter import EventSender, build_event, workload_related
 from gpuops.sensors.restart_detector import ReportedStore
 from gpuops.sensors.watch_loop import WatchLoop
-from gpuops.tasks.evidence import JobFailure
-from gpuops.tasks.kube import Kube
+from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.restarts.evidence import JobFailure
 
 log = logging.getLogger("gpuops.sensors.jobs")
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from gpuops.common.errors import KubeError
 from gpuops.common.redact import MIN_KNOWN_SECRET_CHARS, redact_text
-from gpuops.tasks.kube import Kube
+from gpuops.tasks.clients.kube import Kube
 
 log = logging.getLogger("gpuops.sensors.pod_secrets")
 

@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from gpuops.tasks.evidence import parse_timestamp
+from gpuops.tasks.restarts.evidence import parse_timestamp
 
 ContainerKind = Literal["init", "sidecar", "app"]
 Trigger = Literal["restart", "pod-failed", "waiting", "terminated"]

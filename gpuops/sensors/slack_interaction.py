@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs
 from uuid import UUID
 
-from gpuops.tasks.approval_blocks import APPROVE_ACTION, REJECT_ACTION, parse_button_value
+from gpuops.tasks.approvals.block_kit import APPROVE_ACTION, REJECT_ACTION, parse_button_value
 
 FORM = "application/x-www-form-urlencoded"
 

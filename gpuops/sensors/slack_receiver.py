@@ -7,7 +7,7 @@ a gpuops button (else 400, one log line). The receiver refuses to start without 
 secret: there is no default one.
 
 Who may decide comes from the request, never from the receiver: the run recorded, when it
-asked, the message it posted and its policy's approvers (tasks/approval_record.py). A click
+asked, the message it posted and its policy's approvers (tasks/approvals/record.py). A click
 counts only if that record exists, was posted as the very message clicked (channel + ts,
 so a button naming another run is refused), and names the clicker, directly or through
 the Slack user group (read at click time); if the request names its policy Block, the
@@ -51,8 +51,7 @@ from gpuops.sensors.slack_interaction import (
     parse_click_payload,
     parse_click_request,
 )
-from gpuops.tasks.approval import resume_approval
-from gpuops.tasks.approval_blocks import (
+from gpuops.tasks.approvals.block_kit import (
     APPROVE_ACTION,
     REJECT_ACTION,
     Approvers,
@@ -60,7 +59,8 @@ from gpuops.tasks.approval_blocks import (
     decision_blocks,
     verdict_text,
 )
-from gpuops.tasks.approval_record import read_asked_approval
+from gpuops.tasks.approvals.record import read_asked_approval
+from gpuops.tasks.approvals.request import resume_approval
 
 log = logging.getLogger("gpuops.sensors.slack")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from gpuops.common.labels import LabelSelectorError, labels_match, parse_label_selector
-from gpuops.tasks.diagnose import Diagnosis
-from gpuops.tasks.evidence import JobFailure, RestartEvidence
+from gpuops.tasks.restarts.diagnose import Diagnosis
+from gpuops.tasks.restarts.evidence import JobFailure, RestartEvidence
 
 CHANNEL_KEY = "gpuops.io/slack-channel"
 

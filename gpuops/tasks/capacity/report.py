@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gpuops.tasks.capacity import CapacityPlan
-from gpuops.tasks.forecast import Forecast
-from gpuops.tasks.prewarm import CostSummary, PoolTarget
+from gpuops.tasks.capacity.forecast import Forecast
+from gpuops.tasks.capacity.plan import CapacityPlan
+from gpuops.tasks.capacity.prewarm import CostSummary, PoolTarget
 
 
 @dataclass(frozen=True)

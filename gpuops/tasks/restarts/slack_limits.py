@@ -38,7 +38,7 @@ from prefect.concurrency.asyncio import rate_limit
 from prefect.exceptions import ObjectAlreadyExists
 
 from gpuops.blocks.restart_policy import RestartPolicy
-from gpuops.tasks.restart_history import slug
+from gpuops.tasks.restarts.history import slug
 
 log = logging.getLogger("gpuops.slack_limits")
 

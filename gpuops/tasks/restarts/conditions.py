@@ -3,7 +3,7 @@
 A condition that holds returns the exact evidence it rests on (the termination fields, the
 event message, the log line), so a diagnosis can show a person *why*, not only *what*.
 Conditions are a registry keyed by the name rule files use; a test keeps it in step with
-the schema in `restart_rules.py`.
+the schema in `rules.py`.
 
 Events and Xids count only near the termination (a rule's `window_s`): a liveness failure an
 hour ago does not explain this restart. Pod events about another container of the same pod
@@ -21,7 +21,7 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from gpuops.common.annotations import EVICTED_BY, EVICTED_BY_FLOW, EVICTED_BY_RUN
-from gpuops.tasks.evidence import (
+from gpuops.tasks.restarts.evidence import (
     ContainerState,
     KubeEvent,
     NodeCondition,
@@ -32,7 +32,7 @@ from gpuops.tasks.evidence import (
     parse_timestamp,
     rfc3339,
 )
-from gpuops.tasks.restart_rules import (
+from gpuops.tasks.restarts.rules import (
     CONDITION_KEYS,
     Conditions,
     NodeConditionMatch,

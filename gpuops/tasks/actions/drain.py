@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuops.common.podfacts import is_daemonset_pod, is_mirror_pod
+
 
 @dataclass(frozen=True)
 class DrainPlan:
@@ -24,11 +26,10 @@ def plan_drain(node: str, pods: list[dict[str, Any]]) -> DrainPlan:
     for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
         meta = pod["metadata"]
         ref = f"{meta['namespace']}/{meta['name']}"
-        owners = meta.get("ownerReferences") or []
         phase = (pod.get("status") or {}).get("phase")
-        if any(o.get("kind") == "DaemonSet" for o in owners):
+        if is_daemonset_pod(pod):
             skipped.append((ref, "DaemonSet pod: it would come straight back"))
-        elif "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        elif is_mirror_pod(pod):
             skipped.append((ref, "static (mirror) pod: managed by the kubelet"))
         elif phase in ("Succeeded", "Failed"):
             skipped.append((ref, f"already {phase}"))

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuops.common.redact import redact_text
-from gpuops.tasks.evidence import RestartEvidence
-from gpuops.tasks.restart_conditions import Match, RestartFacts, evaluate
-from gpuops.tasks.restart_rules import Rule, RuleSet, default_rules, load_rules
+from gpuops.tasks.restarts.conditions import Match, RestartFacts, evaluate
+from gpuops.tasks.restarts.evidence import RestartEvidence
+from gpuops.tasks.restarts.rules import Rule, RuleSet, default_rules, load_rules
 
 __all__ = ["Diagnosis", "RuleSet", "default_rules", "diagnose", "exit_meaning", "load_rules"]
 

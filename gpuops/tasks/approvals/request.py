@@ -1,7 +1,7 @@
 """Approvals: one input model, one way to ask, whether the answer comes from Slack or the UI.
 
 The flow run posts a Block Kit message with Approve/Reject buttons, then writes the
-request's record (tasks/approval_record.py): the message it was posted as and who may
+request's record (tasks/approvals/record.py): the message it was posted as and who may
 decide, as its policy says at that moment. Only then does it wait, with
 `wait_for_input=Approval`. The Slack receiver (sensors/slack_receiver.py) checks a click
 against that record and resumes the run with an `Approval`; a person in the Prefect UI
@@ -16,7 +16,7 @@ resumes it with the same form (a name is required). A timeout is a "no" either w
   approval given for a plan that has since changed is not applied. No process waits, so
   the approval sweeper (sensors/approval_sweeper.py) resumes overdue runs with the same
   timeout "no". Prefect's ERROR line for a suspension is logged at INFO
-  (tasks/suspension_log.py).
+  (tasks/approvals/suspension_log.py).
 
 The decision is then written into the request's Slack message. A request can outlive that
 message (Slack was reset since it asked, e.g. a restarted local fake): the decision is
@@ -48,8 +48,7 @@ from slack_sdk.errors import SlackApiError
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.redact import redact_text
-from gpuops.tasks import slack
-from gpuops.tasks.approval_blocks import (
+from gpuops.tasks.approvals.block_kit import (
     APPROVAL_KEY,
     ApprovalRequest,
     Approvers,
@@ -61,12 +60,13 @@ from gpuops.tasks.approval_blocks import (
     timeout_text,
     verdict_text,
 )
-from gpuops.tasks.approval_record import (
+from gpuops.tasks.approvals.record import (
     asked_input_key,
     keep_asked_approval,
     read_asked_approval,
 )
-from gpuops.tasks.suspension_log import log_suspensions_as_info
+from gpuops.tasks.approvals.suspension_log import log_suspensions_as_info
+from gpuops.tasks.clients import slack
 
 TIMEOUT_APPROVER = "timeout"
 GPUOPS_APPROVER = "gpuops"  # gpuops itself did not apply a "yes" (plan changed, message gone)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuops.blocks.capacity import PoolConfig
-from gpuops.tasks.aws import Aws
-from gpuops.tasks.kube import Kube
-from gpuops.tasks.prewarm import PoolState, pool_usage
+from gpuops.tasks.capacity.prewarm import PoolState, pool_usage
+from gpuops.tasks.clients.aws import Aws
+from gpuops.tasks.clients.kube import Kube
 
 
 def read_pool_states(pools: Sequence[PoolConfig], *, aws: Aws | None, kube: Kube,

@@ -10,8 +10,8 @@ from prefect.runtime import flow_run as runtime_flow_run
 from gpuops.common.annotations import EVICTED_BY, EVICTED_BY_FLOW, EVICTED_BY_RUN, EVICTION_MARKS
 from gpuops.common.errors import KubeNotFound, KubeTooManyRequests
 from gpuops.common.events import k8s_resource
-from gpuops.tasks.actions import SafeAction
-from gpuops.tasks.kube import Kube
+from gpuops.tasks.actions.perform import SafeAction
+from gpuops.tasks.clients.kube import Kube
 
 
 @dataclass

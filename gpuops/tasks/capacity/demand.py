@@ -16,8 +16,8 @@ import pandas as pd
 
 from gpuops.blocks.capacity import ModelConfig
 from gpuops.common.errors import ConfigError
-from gpuops.tasks.forecast import rate_from_counter
-from gpuops.tasks.prometheus import Prometheus
+from gpuops.tasks.capacity.forecast import rate_from_counter
+from gpuops.tasks.clients.prometheus import Prometheus
 
 HISTORY_STEP = timedelta(minutes=5)
 MINUTE_STEP = timedelta(minutes=1)

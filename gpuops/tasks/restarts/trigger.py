@@ -1,6 +1,6 @@
 """The restart trigger rests while a restart-diagnostics run is up.
 
-A run that is up follows restart events live (restart_events.py). A trigger that kept firing
+A run that is up follows restart events live (events.py). A trigger that kept firing
 meanwhile (once per window, all through a storm) would only create runs that queue behind
 it for its deployment's one slot and are then taken over: a run list full of runs that
 never ran (30 of 36 on the dashboard). So the run that is up pauses its deployment's
@@ -27,7 +27,7 @@ from uuid import UUID
 from prefect.client.orchestration import get_client
 from prefect.events.schemas.automations import EventTrigger
 
-from gpuops.tasks.restart_events import RESTARTED
+from gpuops.tasks.restarts.events import RESTARTED
 
 log = logging.getLogger("gpuops.restart_trigger")
 

@@ -23,15 +23,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuops.common.redact import redact_text
-from gpuops.tasks.diagnose import Diagnosis, exit_meaning
-from gpuops.tasks.evidence import (
+from gpuops.tasks.restarts.conditions import parse_time
+from gpuops.tasks.restarts.diagnose import Diagnosis, exit_meaning
+from gpuops.tasks.restarts.evidence import (
     ContainerState,
     JobFailure,
     RestartEvidence,
     Workload,
     rfc3339,
 )
-from gpuops.tasks.restart_conditions import parse_time
 
 SECTION_LIMIT = 3000  # Slack: a section's text
 FIELD_LIMIT = 2000  # Slack: one section field

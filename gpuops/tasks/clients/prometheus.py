@@ -1,7 +1,7 @@
 """The Prometheus HTTP API verbs gpuops needs (`/api/v1/query`, `/api/v1/query_range`).
 
 Why thin: PromQL does the maths (rates, sums, reset handling); this module only turns
-answers into pandas Series with a UTC index — what `tasks/forecast.py` takes — and maps
+answers into pandas Series with a UTC index — what `tasks/capacity/forecast.py` takes — and maps
 failures to `PrometheusQueryError` (fix the query: never retried) or
 `PrometheusUnavailable` (retry later). Long ranges are split so that no request asks for
 more than Prometheus' 11,000 points per series.

@@ -11,24 +11,15 @@ flow at a time changes a pool.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuops.blocks.capacity import CapacityConfig
+from gpuops.common.annotations import PLACEHOLDER_LABEL
 from gpuops.common.errors import KubeNotFound, LimitViolation
-from gpuops.tasks.actions import SafeAction
-from gpuops.tasks.aws import Aws, GpuBudget
-from gpuops.tasks.capacity import CapacityPlan
-from gpuops.tasks.kube import Kube
-from gpuops.tasks.prewarm import (
-    GPU,
-    PLACEHOLDER_LABEL,
-    PoolState,
-    PoolTarget,
-    budget_for,
-    placeholder_pods,
-)
+from gpuops.common.podfacts import GPU
+from gpuops.tasks.actions.perform import SafeAction
+from gpuops.tasks.clients.aws import Aws, GpuBudget
+from gpuops.tasks.clients.kube import Kube
 
 PLACEHOLDER_PRIORITY = -10
 
@@ -236,42 +227,3 @@ class PlaceholderCapacity(SafeAction):
 
     def details(self) -> dict[str, Any]:
         return {"replicas": self.replicas, "gpus_per_pod": self.gpus_per_pod}
-
-
-def prewarm_actions(config: CapacityConfig, plan: CapacityPlan, targets: Sequence[PoolTarget],
-                    states: Mapping[str, PoolState], *, aws: Aws | None, kube: Kube,
-                    eks_cluster: str) -> list[SafeAction]:
-    """One action per pool for its target (and the warm pool where asked), decreases first
-    so that quota freed by one pool is there for another."""
-    specs = config.node_pool_specs({name: s.current_size for name, s in states.items()})
-    quotas = config.gpu_quotas()
-    spec_of = {s.name: s for s in specs}
-    actions: list[tuple[int, SafeAction]] = []
-    for target in targets:
-        pool = config.pool(target.pool)
-        budget_args = budget_for(spec_of[pool.name], targets, specs, quotas)
-        budget = GpuBudget(budget_args[0], budget_args[1], pool.gpus_per_node,
-                           budget_args[2]) if budget_args else None
-        action: SafeAction
-        if pool.backing == "placeholder":
-            per_pod = config.placeholder.gpus_per_pod or pool.gpus_per_node
-            action = PlaceholderCapacity(
-                kube, pool.name, config.placeholder.namespace,
-                placeholder_pods(target.target, pool.gpus_per_node,
-                                 states[pool.name].gpus_in_use, per_pod),
-                per_pod, pool.selector, config.placeholder.priority_class,
-                config.placeholder.image)
-        else:
-            assert aws is not None
-            if pool.backing == "eks":
-                action = SetNodeGroupMinSize(aws, eks_cluster, pool.group_name, pool.name,
-                                             target.target, budget)
-            else:
-                action = SetAsgDesiredCapacity(aws, pool.group_name, pool.name,
-                                               target.target, budget)
-        actions.append((target.change, action))
-        if pool.warm_pool and aws is not None:
-            warm = max(0, max(plan.nodes[pool.name]) - target.target)
-            actions.append((target.change, SetAsgWarmPool(aws, pool.group_name, pool.name,
-                                                          warm)))
-    return [a for _, a in sorted(actions, key=lambda pair: pair[0] > 0)]

@@ -22,11 +22,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuops.common.annotations import PLACEHOLDER_LABEL
 from gpuops.common.errors import LimitViolation
-from gpuops.tasks.capacity import CapacityPlan, GpuQuota, NodePoolSpec
-
-GPU = "nvidia.com/gpu"
-PLACEHOLDER_LABEL = "gpuops.io/placeholder"
+from gpuops.common.podfacts import holds_resources, is_daemonset_pod, pod_gpus
+from gpuops.tasks.capacity.plan import CapacityPlan, GpuQuota, NodePoolSpec
 
 
 @dataclass(frozen=True)
@@ -65,32 +64,6 @@ class PoolTarget:
         return self.change * self.price_per_hour
 
 
-def pod_gpus(pod: Mapping[str, Any]) -> int:
-    """GPUs a pod holds: the larger of its containers' sum and its largest init container."""
-    spec = pod.get("spec") or {}
-
-    def gpus(container: Mapping[str, Any]) -> int:
-        resources = container.get("resources") or {}
-        wanted = (resources.get("limits") or {}).get(GPU) or \
-            (resources.get("requests") or {}).get(GPU) or 0
-        return int(float(wanted))
-
-    main = sum(gpus(c) for c in spec.get("containers") or [])
-    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
-    return max(main, init)
-
-
-def _holds_resources(pod: Mapping[str, Any]) -> bool:
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and not \
-        (pod.get("metadata") or {}).get("deletionTimestamp")
-
-
-def _is_daemon(pod: Mapping[str, Any]) -> bool:
-    return any(ref.get("kind") == "DaemonSet"
-               for ref in (pod.get("metadata") or {}).get("ownerReferences") or [])
-
-
 def pool_usage(node_names: Iterable[str], pods: Iterable[Mapping[str, Any]],
                gpus_per_node: int) -> tuple[int, int]:
     """(nodes in use, GPUs in use) on a pool's nodes, placeholders and DaemonSets left out.
@@ -103,7 +76,7 @@ def pool_usage(node_names: Iterable[str], pods: Iterable[Mapping[str, Any]],
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        if node not in names or not _holds_resources(pod) or _is_daemon(pod) \
+        if node not in names or not holds_resources(pod) or is_daemonset_pod(pod) \
                 or PLACEHOLDER_LABEL in labels:
             continue
         wanted = pod_gpus(pod)

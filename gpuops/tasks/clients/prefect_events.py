@@ -1,13 +1,19 @@
-"""`gpuops.pod.restarted` (and `gpuops.job.failed`) events from the Prefect server: read
-back once stored, oldest first, and followed live as the server receives them."""
+"""Prefect events of one cluster: read back once stored, oldest first, and followed live as
+the server receives them.
+
+The thin client over Prefect's events API that features read their triggers through (the
+restart diagnostics today). A cluster's events are those whose resource id starts with
+`k8s.<cluster>.` (common/events): one Prefect server may serve many clusters.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Self
+from typing import Self
 
 from prefect.client.orchestration import get_client
 from prefect.events import Event
@@ -20,23 +26,19 @@ from prefect.events.filters import (
     EventResourceFilter,
 )
 
-RESTARTED = "gpuops.pod.restarted"
-JOB_FAILED = "gpuops.job.failed"  # a Job gave up: reported in its pods' threads
-RESTART_DIAGNOSTICS_EVENTS = (RESTARTED, JOB_FAILED)  # what the restart flow handles
 
-
-def _restart_filter(cluster: str) -> EventFilter:
-    """This cluster's restart and Job-failure events (one Prefect server may serve many
-    clusters)."""
-    return EventFilter(event=EventNameFilter(name=list(RESTART_DIAGNOSTICS_EVENTS)),
+def cluster_events_filter(names: Sequence[str], cluster: str) -> EventFilter:
+    """Events named one of `names` about this cluster's objects."""
+    return EventFilter(event=EventNameFilter(name=list(names)),
                        resource=EventResourceFilter(id_prefix=[f"k8s.{cluster}."]))
 
 
-async def read_restart_events(cluster: str, since: datetime, until: datetime, *,
-                              max_events: int = 5000) -> list[Event]:
-    """This cluster's stored restart events that occurred between `since` and `until`."""
+async def read_stored_events(names: Sequence[str], cluster: str, since: datetime,
+                             until: datetime, *, max_events: int = 5000) -> list[Event]:
+    """This cluster's stored events named one of `names` that occurred between `since` and
+    `until`, oldest first."""
     events: list[Event] = []
-    found = _restart_filter(cluster)
+    found = cluster_events_filter(names, cluster)
     found.occurred = EventOccurredFilter(since=since, until=until)
     found.order = EventOrder.ASC
     async with get_client() as client:
@@ -48,32 +50,22 @@ async def read_restart_events(cluster: str, since: datetime, until: datetime, *,
     return sorted(events, key=lambda e: e.occurred)
 
 
-async def read_event(event_id: str) -> Any:
-    """One event by id (for a run started by a trigger), or None when it has expired."""
-    from uuid import UUID
-
-    async with get_client() as client:
-        response = await client._client.get(f"/events/{UUID(event_id)}")
-        if response.status_code == 404:
-            return None
-        response.raise_for_status()
-        return Event.model_validate(response.json())
-
-
-class LiveRestartEvents:
-    """This cluster's restart events as the Prefect server receives them, through its
+class LiveEvents:
+    """This cluster's events named one of `names` as the Prefect server receives them, through its
     events websocket: ahead of the event persister, which stores them a second or more
     later (several in a storm). Used as `async with`; `take()` returns what arrived since
     the last call. A dropped connection is reopened (Prefect's subscriber replays the last
     minute and drops duplicates); what it still misses, reads of stored events find."""
 
-    def __init__(self, cluster: str, logger: logging.Logger | logging.LoggerAdapter | None
-                 = None) -> None:
-        self._filter = _restart_filter(cluster)
+    def __init__(self, names: Sequence[str], cluster: str,
+                 logger: logging.Logger | logging.LoggerAdapter | None = None, *,
+                 what: str = "event") -> None:
+        self._filter = cluster_events_filter(names, cluster)
+        self.what = what  # in log lines: "<what> event stream dropped"
         self._arrived: list[Event] = []
         self._new = asyncio.Event()
         self._following: asyncio.Task | None = None
-        self.log = logger or logging.getLogger("gpuops.restart_events")  # a run's: its log
+        self.log = logger or logging.getLogger(f"gpuops.{what}_events")  # a run's: its log
 
     async def __aenter__(self) -> Self:
         self._following = asyncio.create_task(self._follow())
@@ -97,7 +89,7 @@ class LiveRestartEvents:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - stored reads cover the gap
-                self.log.warning("restart event stream dropped (%s); reconnecting", e)
+                self.log.warning("%s event stream dropped (%s); reconnecting", self.what, e)
             await asyncio.sleep(1)
 
     def take(self) -> list[Event]:

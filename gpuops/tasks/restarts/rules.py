@@ -270,8 +270,8 @@ def _in_conditions(loc: tuple[Any, ...]) -> bool:
 
 @lru_cache(maxsize=1)
 def default_rules() -> RuleSet:
-    """The shipped rules (`gpuops/tasks/restart_rules.yaml`), parsed once."""
-    text = resources.files("gpuops.tasks").joinpath(SHIPPED_RULES).read_text(encoding="utf-8")
+    """The shipped rules (`gpuops/tasks/restarts/restart_rules.yaml`), parsed once."""
+    text = resources.files("gpuops.tasks.restarts").joinpath(SHIPPED_RULES).read_text(encoding="utf-8")
     return merge_rules(RuleSet(()), parse_rules(text, source=SHIPPED_RULES),
                        source=SHIPPED_RULES)
 

@@ -18,7 +18,7 @@ from prefect.input.actions import (
     aread_flow_run_input,
 )
 
-from gpuops.tasks.approval_blocks import AskedApproval
+from gpuops.tasks.approvals.block_kit import AskedApproval
 
 ASKED_INPUT_PREFIX = "gpuops-approval-"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from gpuops.common.errors import KubeError, KubeNotFound
-from gpuops.tasks.kube import Kube
+from gpuops.tasks.clients.kube import Kube
 
 _GROUPS = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "ReplicaSet": "apps/v1",
            "DaemonSet": "apps/v1", "Job": "batch/v1",

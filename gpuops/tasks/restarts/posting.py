@@ -6,7 +6,7 @@ listing the batch's restarts. Parents are edited with the running count at most 
 `parent_update_seconds`, and once more at the end of the run. Workloads are handled
 concurrently; every Slack call is a Prefect task (retried, visible in the UI) held to gpuops'
 own rate limits (slack_limits.py).
-The state lives in the timeline artifacts (restart_history.py), saved in the background
+The state lives in the timeline artifacts (history.py), saved in the background
 right after each post.
 
 A thread's parent links to the report artifact of the restart it shows. Messages are not
@@ -44,20 +44,20 @@ from slack_sdk.errors import SlackApiError
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.restart_policy import RestartPolicy
 from gpuops.common.latest import LatestSaver
-from gpuops.tasks import slack
-from gpuops.tasks.diagnose import Diagnosis, diagnose
+from gpuops.tasks.clients import slack
+from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.event_intake import EventIntake, handling_problem
-from gpuops.tasks.evidence import JobFailure, RestartEvidence, Workload
-from gpuops.tasks.kube import Kube
-from gpuops.tasks.restart_filters import job_skip_reason, route_channel, skip_reason
-from gpuops.tasks.restart_history import (
+from gpuops.tasks.restarts.diagnose import Diagnosis, diagnose
+from gpuops.tasks.restarts.evidence import JobFailure, RestartEvidence, Workload
+from gpuops.tasks.restarts.filters import job_skip_reason, route_channel, skip_reason
+from gpuops.tasks.restarts.history import (
     Timeline,
     TimelineRow,
     load_timeline,
     save_timeline,
 )
-from gpuops.tasks.restart_recovery import workload_ready_since
-from gpuops.tasks.restart_report import (
+from gpuops.tasks.restarts.recovery import workload_ready_since
+from gpuops.tasks.restarts.report import (
     Restart,
     RestartLinks,
     SlackMessage,
@@ -70,8 +70,8 @@ from gpuops.tasks.restart_report import (
     report_title,
     restart_markdown,
 )
-from gpuops.tasks.restart_rules import RuleSet
-from gpuops.tasks.slack_limits import SlackLimits
+from gpuops.tasks.restarts.rules import RuleSet
+from gpuops.tasks.restarts.slack_limits import SlackLimits
 
 SLACK_TROUBLE = {"ratelimited", "internal_error", "fatal_error", "service_unavailable",
                  "request_timeout"}  # Slack's errors that a later try may not get

@@ -1,0 +1,63 @@
+"""A capacity plan's pool targets as node pool actions, for `perform`.
+
+Why apart from the actions themselves (tasks/actions/nodepools.py): choosing the action
+per pool (placeholder pods, an EKS node group's minSize, an ASG's desired capacity, a warm
+pool) and the GPU budget each may use is capacity's decision; the actions only make a
+size hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gpuops.blocks.capacity import CapacityConfig
+from gpuops.tasks.actions.nodepools import (
+    PlaceholderCapacity,
+    SetAsgDesiredCapacity,
+    SetAsgWarmPool,
+    SetNodeGroupMinSize,
+)
+from gpuops.tasks.actions.perform import SafeAction
+from gpuops.tasks.capacity.plan import CapacityPlan
+from gpuops.tasks.capacity.prewarm import PoolState, PoolTarget, budget_for, placeholder_pods
+from gpuops.tasks.clients.aws import Aws, GpuBudget
+from gpuops.tasks.clients.kube import Kube
+
+
+def prewarm_actions(config: CapacityConfig, plan: CapacityPlan, targets: Sequence[PoolTarget],
+                    states: Mapping[str, PoolState], *, aws: Aws | None, kube: Kube,
+                    eks_cluster: str) -> list[SafeAction]:
+    """One action per pool for its target (and the warm pool where asked), decreases first
+    so that quota freed by one pool is there for another."""
+    specs = config.node_pool_specs({name: s.current_size for name, s in states.items()})
+    quotas = config.gpu_quotas()
+    spec_of = {s.name: s for s in specs}
+    actions: list[tuple[int, SafeAction]] = []
+    for target in targets:
+        pool = config.pool(target.pool)
+        budget_args = budget_for(spec_of[pool.name], targets, specs, quotas)
+        budget = GpuBudget(budget_args[0], budget_args[1], pool.gpus_per_node,
+                           budget_args[2]) if budget_args else None
+        action: SafeAction
+        if pool.backing == "placeholder":
+            per_pod = config.placeholder.gpus_per_pod or pool.gpus_per_node
+            action = PlaceholderCapacity(
+                kube, pool.name, config.placeholder.namespace,
+                placeholder_pods(target.target, pool.gpus_per_node,
+                                 states[pool.name].gpus_in_use, per_pod),
+                per_pod, pool.selector, config.placeholder.priority_class,
+                config.placeholder.image)
+        else:
+            assert aws is not None
+            if pool.backing == "eks":
+                action = SetNodeGroupMinSize(aws, eks_cluster, pool.group_name, pool.name,
+                                             target.target, budget)
+            else:
+                action = SetAsgDesiredCapacity(aws, pool.group_name, pool.name,
+                                               target.target, budget)
+        actions.append((target.change, action))
+        if pool.warm_pool and aws is not None:
+            warm = max(0, max(plan.nodes[pool.name]) - target.target)
+            actions.append((target.change, SetAsgWarmPool(aws, pool.group_name, pool.name,
+                                                          warm)))
+    return [a for _, a in sorted(actions, key=lambda pair: pair[0] > 0)]

@@ -1,0 +1,46 @@
+"""`gpuops.pod.restarted` (and `gpuops.job.failed`) events from the Prefect server: read
+back once stored, oldest first, and followed live as the server receives them
+(tasks/clients/prefect_events.py)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from prefect.client.orchestration import get_client
+from prefect.events import Event
+
+from gpuops.tasks.clients.prefect_events import LiveEvents, read_stored_events
+
+RESTARTED = "gpuops.pod.restarted"
+JOB_FAILED = "gpuops.job.failed"  # a Job gave up: reported in its pods' threads
+RESTART_DIAGNOSTICS_EVENTS = (RESTARTED, JOB_FAILED)  # what the restart flow handles
+
+
+async def read_restart_events(cluster: str, since: datetime, until: datetime, *,
+                              max_events: int = 5000) -> list[Event]:
+    """This cluster's stored restart events that occurred between `since` and `until`."""
+    return await read_stored_events(RESTART_DIAGNOSTICS_EVENTS, cluster, since, until,
+                                    max_events=max_events)
+
+
+async def read_event(event_id: str) -> Any:
+    """One event by id (for a run started by a trigger), or None when it has expired."""
+    from uuid import UUID
+
+    async with get_client() as client:
+        response = await client._client.get(f"/events/{UUID(event_id)}")
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        return Event.model_validate(response.json())
+
+
+class LiveRestartEvents(LiveEvents):
+    """This cluster's restart and Job-failure events as the Prefect server receives them
+    (see `LiveEvents`)."""
+
+    def __init__(self, cluster: str, logger: logging.Logger | logging.LoggerAdapter | None
+                 = None) -> None:
+        super().__init__(RESTART_DIAGNOSTICS_EVENTS, cluster, logger, what="restart")
