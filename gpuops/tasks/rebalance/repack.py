@@ -46,6 +46,7 @@ from gpuops.common.errors import ConfigError
 from gpuops.tasks.rebalance.constraints import why_unmovable
 from gpuops.tasks.rebalance.fragmentation import (
     Shapes,
+    node_fragmentation,
     state_fragmentation,
     stranded_gpus,
     typical_shapes,
@@ -80,6 +81,13 @@ class RepackOptions:
     time_limit_s: float = 10.0
     mip_rel_gap: float = 0.0
     nodes_tried: int = 16  # per pending pod, the most promising nodes evaluated exactly
+    swap_tries: int = 12  # per pod that fits nowhere, the pods it may swap with tried
+    # with budget left once no pending pod can be served directly: move the pods whose move
+    # lowers FGD fragmentation most (fragmented node -> where it fragments least), retrying
+    # the pending pods on the nodes each move frees
+    defragment: bool = True
+    passes: int = 6
+    defragment_nodes: int = 24
     destination_policy: str = "fgd"  # how moved pods are re-placed: fgd or best_fit
     landing_policy: str = "best_fit"  # how pending pods that fit without moves are predicted
 
@@ -320,6 +328,7 @@ class Greedy:
         self.rules = rules
         self.options = options
         self.deadline = deadline
+        self.shapes = shapes
         dest = options.destination_policy if shapes is not None else "best_fit"
         self.dest = Placer(state, dest, shapes=shapes)
         self.land = Placer(state, options.landing_policy if options.landing_policy != "fgd"
@@ -362,35 +371,49 @@ class Greedy:
         classes: dict[tuple, list[int]] = {}
         for p in waiting:
             classes.setdefault(self._class_key(p), []).append(p)
-        heap: list[_Option] = []
-        failed: set[tuple] = set()
-        for members in classes.values():
-            if self._expired():
+        for phase in range(self.options.passes):
+            # a later pass lets pods moved in an earlier one move again: the picture changed
+            if phase:
+                self.moved[:] = False
+                self.moved[[p for p, _, _ in landings]] = True
+            served_before = len(landings)
+            heap: list[_Option] = []
+            failed: set[tuple] = set()
+            for members in classes.values():
+                if self._expired():
+                    break
+                if not members:
+                    continue
+                option = self._best_option(members[0], failed)
+                if option is not None:
+                    heapq.heappush(heap, option)
+            while heap and self.budget > 0 and not self._expired():
+                option = heapq.heappop(heap)
+                members = classes[self._class_key(option.p)]
+                stale = any(self.committed[v] != ver for v, ver in option.versions.items())
+                if stale or len(option.dest) > self.budget or not self._pdb_ok(option.dest):
+                    fresh = self._best_option(option.p, failed)
+                    if fresh is not None and not (fresh.versions == option.versions
+                                                  and not stale):
+                        heapq.heappush(heap, fresh)
+                    continue
+                self._apply(option)
+                members.remove(option.p)
+                landings.append((option.p, option.node, option.devices))
+                for q, v, devs in option.dest:
+                    moves.append((q, self._origin[q], v, devs))
+                cost += option.cost
+                self.budget -= len(option.dest)
+                if members:
+                    fresh = self._best_option(members[0], failed)
+                    if fresh is not None:
+                        heapq.heappush(heap, fresh)
+            if len(landings) == served_before:
                 break
-            option = self._best_option(members[0], failed)
-            if option is not None:
-                heapq.heappush(heap, option)
-        while heap and self.budget > 0 and not self._expired():
-            option = heapq.heappop(heap)
-            members = classes[self._class_key(option.p)]
-            stale = any(self.committed[v] != ver for v, ver in option.versions.items())
-            if stale or len(option.dest) > self.budget or not self._pdb_ok(option.dest):
-                fresh = self._best_option(option.p, failed)
-                if fresh is not None and not (fresh.versions == option.versions
-                                              and not stale):
-                    heapq.heappush(heap, fresh)
-                continue
-            self._apply(option)
-            members.remove(option.p)
-            landings.append((option.p, option.node, option.devices))
-            for q, v, devs in option.dest:
-                moves.append((q, self._origin[q], v, devs))
-            cost += option.cost
-            self.budget -= len(option.dest)
-            if members:
-                fresh = self._best_option(members[0], failed)
-                if fresh is not None:
-                    heapq.heappush(heap, fresh)
+        if self.options.defragment and self.shapes is not None:
+            left = [p for members in classes.values() for p in members
+                    if s.pod_node[p] < 0]
+            cost += self._defragment(left, landings, moves)
         if self.timed_out:
             status, reason = TIME_LIMIT, "stopped at the time limit with the best plan so far"
         elif moves:
@@ -406,6 +429,77 @@ class Greedy:
             else:
                 reason = "no set of allowed moves makes a pending pod fit"
         return StatePlan(moves, landings, [], cost, status, reason, "heuristic", 0.0)
+
+    def _defragment(self, pending: list[int], landings: list, moves: list) -> float:
+        """Local improvement: fragmentation-descent moves while they help (module docstring)."""
+        s, r = self.s, self.rules
+        if not pending:
+            return 0.0
+        top = max(int(r.priority[p]) for p in pending)
+        access = self.dest.access
+        cost = 0.0
+        tried: set[int] = set()
+        while self.budget > 0 and pending and not self._expired():
+            frag = self.dest.fragmentation_now(np.arange(s.n))
+            order = [int(v) for v in np.argsort(-frag) if int(v) not in tried and frag[v] > 0]
+            best = None
+            for v in order[: self.options.defragment_nodes]:
+                pods = [q for q in sorted(s.pods_on[v]) if r.movable[q] and not self.moved[q]
+                        and r.priority[q] <= top
+                        and (r.pdb[q] < 0 or self.pdb_left[r.pdb[q]] > 0)]
+                if not pods:
+                    tried.add(v)
+                    continue
+                cpu = s.cpu_free[v] + s.pod_cpu[pods]
+                gpu = np.repeat(s.gpu_free[v][None, :], len(pods), axis=0)
+                for i, q in enumerate(pods):
+                    for g in s.pod_gpus[q]:
+                        gpu[i, g] += s.pod_milli[q]
+                after = node_fragmentation(cpu, gpu, np.full(len(pods), s.model[v]),
+                                           self.shapes, access)
+                for i in np.argsort(after)[:3]:
+                    q = pods[int(i)]
+                    gain = frag[v] - after[i]
+                    if gain <= 0 or (best is not None and gain - r.cost[q] <= best[0]):
+                        continue
+                    origin = (v, s.pod_gpus[q])
+                    s.unbind(q)
+                    not_v = np.ones(s.n, bool)
+                    not_v[v] = False
+                    choice = self.dest.choose(q, not_v)
+                    if choice is not None:
+                        d = choice[0]
+                        before_d = self.dest.fragmentation_now(np.array([d]))[0]
+                        s.bind(q, *choice)
+                        net = gain - (self.dest.fragmentation_now(np.array([d]))[0] - before_d)
+                        s.unbind(q)
+                        if net > 0 and (best is None or net - r.cost[q] > best[0]):
+                            best = (net - r.cost[q], q, v, choice)
+                    s.bind(q, *origin)
+            if best is None:
+                break
+            _, q, v, (d, devs) = best
+            s.unbind(q)
+            s.bind(q, d, devs)
+            self.moved[q] = True
+            self.epoch += 1
+            self.committed[[v, d]] += 1
+            if r.pdb[q] >= 0:
+                self.pdb_left[r.pdb[q]] -= 1
+            moves.append((q, v, d, devs))
+            cost += float(r.cost[q])
+            self.budget -= 1
+            tried.discard(v)
+            only_v = np.zeros(s.n, bool)
+            only_v[v] = True
+            for p in list(pending):
+                choice = self.land.choose(p, only_v)
+                if choice is not None:
+                    s.bind(p, *choice)
+                    self.moved[p] = True
+                    landings.append((p, *choice))
+                    pending.remove(p)
+        return cost
 
     # --- options --------------------------------------------------------------------------
 
@@ -639,7 +733,7 @@ class Greedy:
             self._no_swap.add(key)
             return False
         rank = np.lexsort((s.pod_cpu[cands], r_.cost[cands]))
-        for r in cands[rank[:12]]:
+        for r in cands[rank[: self.options.swap_tries]]:
             r = int(r)
             home = int(s.pod_node[r])
             gpus = s.pod_gpus[r]
