@@ -32,3 +32,12 @@ CA_SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"  # "false" =
 # the indices of the node's GPUs the pod holds, "3" or "0,1". Read by the kubelet, the DCGM
 # exporter and gpuops' packing (which GPU of a node is free, and how much of it).
 GPU_INDEX = PREFIX + "gpu-index"
+
+# Temporary changes of a GPU rebalance run (flows/gpu_rebalance.py), recorded on the objects
+# so that the next run removes what a crashed one left. The taint's value is the run's id;
+# nodes and pods it changed carry the run's id and the time after which the change may be
+# presumed abandoned (RFC 3339, UTC) even if the run still looks alive.
+REBALANCE_TAINT = PREFIX + "rebalance"  # taint key on the nodes a plan frees
+REBALANCE_RUN = PREFIX + "rebalance-run"  # annotation: the flow run id
+REBALANCE_EXPIRES = PREFIX + "rebalance-expires"  # annotation: RFC 3339 UTC
+REBALANCE_NOMINATED = PREFIX + "rebalance-nominated"  # pod annotation: the node it nominated

@@ -172,6 +172,18 @@ class Kube:
         return self._raw(self.core.patch_namespaced_pod, name, namespace, patch,
                          _content_type=STRATEGIC_PATCH)
 
+    def patch_pod_status(self, namespace: str, name: str, patch: Obj) -> Obj:
+        """Strategic merge patch of pods/status (e.g. `status.nominatedNodeName`, which
+        KEP-5278 opens to components other than the scheduler)."""
+        return self._raw(self.core.patch_namespaced_pod_status, name, namespace, patch,
+                         _content_type=STRATEGIC_PATCH)
+
+    def list_pdbs(self, namespace: str | None = None) -> list[Obj]:
+        policy = client.PolicyV1Api(self.api)
+        if namespace:
+            return self._raw(policy.list_namespaced_pod_disruption_budget, namespace)["items"]
+        return self._raw(policy.list_pod_disruption_budget_for_all_namespaces)["items"]
+
     def delete_pod(self, namespace: str, name: str, *, grace_period: int | None = None) -> None:
         kwargs = {} if grace_period is None else {"grace_period_seconds": grace_period}
         call(self.core.delete_namespaced_pod, name, namespace, _preload_content=False, **kwargs)
