@@ -28,8 +28,12 @@ Two methods, both time-bounded, both returning the best plan found and its statu
   is missing are tried first (those pods re-place anywhere). Pending pods are served best
   value first: GPUs placed per unit of move cost, re-evaluated lazily when the nodes an option
   relies on have changed. Local improvement: further passes in which pods moved by an
-  earlier pass may move again, until a pass serves no one. (An FGD-descent phase spending the
-  budget left was tried and dropped: on the trace it moved pods without placing any.)
+  earlier pass may move again, until a pass serves no one; then, with budget left, FGD
+  descent: move the pod whose move lowers fragmentation most (from the most fragmented nodes
+  to where the pod fragments least), retrying the pending pods on each node it frees. Within
+  one plan it places few pods, but it leaves the cluster shaped for the pods that arrive next
+  (on the trace's replay with a repack at each KPI point: 5.67 -> 4.99 % unallocated at 100 %
+  arrived from Best-fit, seed 42).
 
 A plan that cannot help says why: nothing pending, the pending shape fits no node even
 empty (a capacity problem for the capacity flow), no candidate may move, the budget is
@@ -51,6 +55,7 @@ from gpuops.common.errors import ConfigError
 from gpuops.tasks.rebalance.constraints import why_unmovable
 from gpuops.tasks.rebalance.fragmentation import (
     Shapes,
+    node_fragmentation,
     state_fragmentation,
     stranded_gpus,
     typical_shapes,
@@ -86,7 +91,13 @@ class RepackOptions:
     mip_rel_gap: float = 0.0
     nodes_tried: int = 16  # per pending pod, the most promising nodes evaluated exactly
     swap_tries: int = 12  # per pod that fits nowhere, the pods it may swap with tried
+    swap_depth: int = 1  # a swapped-out pod may itself swap, this many levels in all
     passes: int = 6  # later passes let pods moved in earlier ones move again
+    # with budget left once no pending pod can be served: move the pods whose move lowers
+    # FGD fragmentation most (fragmented node -> where it fragments least), retrying the
+    # pending pods on each node a move frees
+    defragment: bool = True
+    defragment_nodes: int = 24
     destination_policy: str = "fgd"  # how moved pods are re-placed: fgd or best_fit
     landing_policy: str = "best_fit"  # how pending pods that fit without moves are predicted
 
@@ -327,6 +338,7 @@ class Greedy:
         self.rules = rules
         self.options = options
         self.deadline = deadline
+        self.shapes = shapes
         dest = options.destination_policy if shapes is not None else "best_fit"
         self.dest = Placer(state, dest, shapes=shapes)
         self.land = Placer(state, options.landing_policy if options.landing_policy != "fgd"
@@ -408,6 +420,10 @@ class Greedy:
                         heapq.heappush(heap, fresh)
             if len(landings) == served_before:
                 break
+        if self.options.defragment and self.shapes is not None:
+            left = [p for members in classes.values() for p in members
+                    if s.pod_node[p] < 0]
+            cost += self._defragment(left, landings, moves)
         if self.timed_out:
             status, reason = TIME_LIMIT, "stopped at the time limit with the best plan so far"
         elif moves:
@@ -423,6 +439,77 @@ class Greedy:
             else:
                 reason = "no set of allowed moves makes a pending pod fit"
         return StatePlan(moves, landings, [], cost, status, reason, "heuristic", 0.0)
+
+    def _defragment(self, pending: list[int], landings: list, moves: list) -> float:
+        """Local improvement: fragmentation-descent moves while they help (module docstring)."""
+        s, r = self.s, self.rules
+        if not pending:
+            return 0.0
+        top = max(int(r.priority[p]) for p in pending)
+        access = self.dest.access
+        cost = 0.0
+        tried: set[int] = set()
+        while self.budget > 0 and pending and not self._expired():
+            frag = self.dest.fragmentation_now(np.arange(s.n))
+            order = [int(v) for v in np.argsort(-frag) if int(v) not in tried and frag[v] > 0]
+            best = None
+            for v in order[: self.options.defragment_nodes]:
+                pods = [q for q in sorted(s.pods_on[v]) if r.movable[q] and not self.moved[q]
+                        and r.priority[q] <= top
+                        and (r.pdb[q] < 0 or self.pdb_left[r.pdb[q]] > 0)]
+                if not pods:
+                    tried.add(v)
+                    continue
+                cpu = s.cpu_free[v] + s.pod_cpu[pods]
+                gpu = np.repeat(s.gpu_free[v][None, :], len(pods), axis=0)
+                for i, q in enumerate(pods):
+                    for g in s.pod_gpus[q]:
+                        gpu[i, g] += s.pod_milli[q]
+                after = node_fragmentation(cpu, gpu, np.full(len(pods), s.model[v]),
+                                           self.shapes, access)
+                for i in np.argsort(after)[:3]:
+                    q = pods[int(i)]
+                    gain = frag[v] - after[i]
+                    if gain <= 0 or (best is not None and gain - r.cost[q] <= best[0]):
+                        continue
+                    origin = (v, s.pod_gpus[q])
+                    s.unbind(q)
+                    not_v = np.ones(s.n, bool)
+                    not_v[v] = False
+                    choice = self.dest.choose(q, not_v)
+                    if choice is not None:
+                        d = choice[0]
+                        before_d = self.dest.fragmentation_now(np.array([d]))[0]
+                        s.bind(q, *choice)
+                        net = gain - (self.dest.fragmentation_now(np.array([d]))[0] - before_d)
+                        s.unbind(q)
+                        if net > 0 and (best is None or net - r.cost[q] > best[0]):
+                            best = (net - r.cost[q], q, v, choice)
+                    s.bind(q, *origin)
+            if best is None:
+                break
+            _, q, v, (d, devs) = best
+            s.unbind(q)
+            s.bind(q, d, devs)
+            self.moved[q] = True
+            self.epoch += 1
+            self.committed[[v, d]] += 1
+            if r.pdb[q] >= 0:
+                self.pdb_left[r.pdb[q]] -= 1
+            moves.append((q, v, d, devs))
+            cost += float(r.cost[q])
+            self.budget -= 1
+            tried.discard(v)
+            only_v = np.zeros(s.n, bool)
+            only_v[v] = True
+            for p in list(pending):
+                choice = self.land.choose(p, only_v)
+                if choice is not None:
+                    s.bind(p, *choice)
+                    self.moved[p] = True
+                    landings.append((p, *choice))
+                    pending.remove(p)
+        return cost
 
     # --- options --------------------------------------------------------------------------
 
@@ -624,11 +711,14 @@ class Greedy:
                        neg_value=-gain / (cost + 1e-3), cost=cost, p=p, node=v,
                        devices=devices, dest=dest, versions=versions)
 
-    def _swap(self, q: int, p: int, v: int, origin: dict, dest: list) -> bool:
+    def _swap(self, q: int, p: int, v: int, origin: dict, dest: list,
+              depth: int | None = None) -> bool:
         """Place unbound pod `q` on some node u != v in the place of one pod r there, r going
-        elsewhere (not u). Candidates are checked with arrays first; the cheapest tried."""
+        elsewhere (not u), itself by a swap while `depth` allows. Candidates are checked with
+        arrays first; the cheapest tried."""
         s, r_ = self.s, self.rules
-        key = (self._class_key(q), int(r_.priority[p]), self.epoch)
+        depth = self.options.swap_depth if depth is None else depth
+        key = (self._class_key(q), int(r_.priority[p]), self.epoch, depth)
         if key in self._no_swap:
             return False
         placed = np.flatnonzero(s.pod_node >= 0)
@@ -668,15 +758,22 @@ class Greedy:
             not_home = np.ones(s.n, bool)
             not_home[home] = False
             choice = self.dest.choose(r, not_home)
-            if choice is None:
-                s.unbind(q)
-                s.bind(r, home, gpus)
-                continue
-            s.bind(r, *choice)
-            origin[r] = (home, gpus)
-            dest.append((q, home, s.pod_gpus[q]))
-            dest.append((r, *choice))
-            return True
+            if choice is not None:
+                s.bind(r, *choice)
+                origin[r] = (home, gpus)
+                dest.append((q, home, s.pod_gpus[q]))
+                dest.append((r, *choice))
+                return True
+            limit = min(self.options.max_moves_per_pending, self.budget)
+            if depth > 1 and len(dest) + 4 <= limit:
+                origin[r] = (home, gpus)
+                dest.append((q, home, s.pod_gpus[q]))
+                if self._swap(r, p, home, origin, dest, depth - 1):
+                    return True
+                dest.pop()
+                del origin[r]
+            s.unbind(q)
+            s.bind(r, home, gpus)
         self._no_swap.add(key)
         return False
 
