@@ -248,8 +248,10 @@ def replay(w: Workload, order: np.ndarray, placement: str, shapes: Shapes,
 def run(*, nodes: str | None = None, pods: str | None = None, seeds: int = 10,
         first_seed: int = 42, scale: float = 1.0, placements: list[str] | None = None,
         repacked: list[str] | None = None, budgets: list[int] | None = None,
-        stress: bool = False, time_limit_s: float = 10.0) -> dict[str, Any]:
-    """All arms on `seeds` seeds; `scale` < 1 keeps that share of the nodes (a smoke run)."""
+        stress: bool = False, time_limit_s: float = 10.0,
+        chart: str | None = None) -> dict[str, Any]:
+    """All arms on `seeds` seeds; `scale` < 1 keeps that share of the nodes (a smoke run);
+    `chart` = a PNG path for the allocation curves."""
     root = data_dir()
     nodes_file = Path(nodes) if nodes else root / NODES
     pods_file = Path(pods) if pods else root / PODS
@@ -291,6 +293,10 @@ def run(*, nodes: str | None = None, pods: str | None = None, seeds: int = 10,
         "nodes_file": nodes_file.name, "pods_file": pods_file.name,
         "wall_s": round(time.monotonic() - started, 1),
     }
+    if chart:
+        from gpuops.bench.packing_chart import allocation_chart
+
+        allocation_chart(result, chart)
     return result
 
 
