@@ -68,7 +68,7 @@ def test_the_cheapest_single_move_frees_a_whole_node_for_the_pending_pod(method)
     plan = plan_repack(cluster, RepackOptions(method=method))
     assert [(m.pod, m.from_node, m.to_node) for m in plan.moves] == [("default/s2", "b", "a")]
     assert [(x.pod, x.node, x.gpu_ids) for x in plan.landings] == [("default/big", "b", (0, 1))]
-    assert plan.cost == 1 and plan.unplaced == ()
+    assert plan.cost == 1 and plan.unplaced == () and plan.gpus_placed == 2
     assert plan.stranded_gpus_before == 2 and plan.stranded_gpus_after == 0
     applied(cluster, plan)
 

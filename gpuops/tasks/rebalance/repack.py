@@ -137,6 +137,7 @@ class RepackPlan:
     moves: tuple[Move, ...]
     landings: tuple[Landing, ...]  # pending pods and where they then land
     unplaced: tuple[str, ...]  # pending pods the plan does not place
+    gpus_placed: float  # GPUs (milli / 1000) the landed pending pods get
     cost: float
     status: str
     reason: str | None
@@ -207,8 +208,10 @@ def plan_repack(cluster: Cluster, options: RepackOptions | None = None, *,
     reason = result.reason
     if result.status in (CANNOT_HELP, CAPACITY) and unmovable and reason is None:
         reason = "no candidate may move"
+    placed_milli = sum(pods[p].gpu_total_milli for p, _, _ in result.landings)
     return RepackPlan(moves=moves, landings=landings,
-                      unplaced=tuple(pods[p].key for p in still), cost=result.cost,
+                      unplaced=tuple(pods[p].key for p in still),
+                      gpus_placed=placed_milli / MILLI, cost=result.cost,
                       status=result.status, reason=reason, method=result.method,
                       solve_s=time.monotonic() - started, stranded_gpus_before=stranded_before,
                       stranded_gpus_after=stranded_gpus(state, still),
