@@ -222,6 +222,10 @@ def test_a_node_whose_allocated_gpus_stay_idle_is_reported_once_after_the_set_ti
     node = v1.read_namespaced_pod(idle_pod.split("/")[1], "training").spec.node_name
     busy_nodes = {p.spec.node_name for p in v1.list_namespaced_pod("training").items} - {node}
 
+    def reports() -> list:
+        return [e for e in events_named("gpuops.node.gpu-idle", since)
+                if e.resource["prefect.resource.id"] == f"k8s.test.node._.{node}"]
+
     def idle_in_prometheus() -> bool:
         return any(labels.get("Hostname") == node and value == 0 and labels.get("pod")
                    for labels, value in prometheus.query('DCGM_FI_DEV_GPU_UTIL{pod!=""}'))
@@ -234,12 +238,10 @@ def test_a_node_whose_allocated_gpus_stay_idle_is_reported_once_after_the_set_ti
     assert node in sensor.poll_idle(now=t0)
     sensor.poll_idle(now=t0 + timedelta(seconds=599))
     time.sleep(0.5)
-    assert events_named("gpuops.node.gpu-idle", since) == []
+    assert reports() == []
     sensor.poll_idle(now=t0 + timedelta(seconds=600))
     sensor.poll_idle(now=t0 + timedelta(seconds=900))  # still idle: no second report
-    [event] = wait_for(lambda: events_named("gpuops.node.gpu-idle", since), timeout=30,
-                       message="gpuops.node.gpu-idle")
-    assert event.resource["prefect.resource.id"] == f"k8s.test.node._.{node}"
+    [event] = wait_for(reports, timeout=30, message="gpuops.node.gpu-idle")
     assert event.payload["allocated_gpus"] == 8 and event.payload["max_gpu_util_pct"] == 0
     assert event.payload["pods"] == [idle_pod]
     assert event.payload["idle_since"] == t0.isoformat()
@@ -254,8 +256,7 @@ def test_a_node_whose_allocated_gpus_stay_idle_is_reported_once_after_the_set_ti
     t1 = t0 + timedelta(seconds=1100)
     sensor.poll_idle(now=t1)
     sensor.poll_idle(now=t1 + timedelta(seconds=600))
-    wait_for(lambda: len(events_named("gpuops.node.gpu-idle", since)) == 2, timeout=30,
-             message="the second idle episode's report")
+    wait_for(lambda: len(reports()) == 2, timeout=30, message="the second idle episode's report")
 
 
 def metric_values(url: str) -> dict[tuple[str, tuple], float]:
