@@ -315,3 +315,40 @@ def test_the_sensor_command_exits_2_with_the_bad_setting_named(sim, tmp_path: Pa
     assert result.returncode == 2
     assert "GPUOPS_WATCHER_GPU_SCAN_INTERVAL_S" in result.stderr
     assert "greater than 0" in result.stderr
+
+
+def test_the_scheduled_scan_tabulates_each_gpu_node_and_sees_the_episode(
+        prefect_server, default_cluster, monkeypatch):
+    import json
+
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    from gpuops.deployments.serve import deployments
+    from gpuops.flows.gpu_scan import gpu_scan
+
+    sim = default_cluster
+    v1 = client.CoreV1Api(sim.api)
+    monkeypatch.setenv("KUBECONFIG", str(sim.kubeconfig))
+    monkeypatch.setenv("GPUOPS_CLUSTER_NAME", "test")
+    fault = sim.fault("gpu-fragmentation")
+    wait_for(lambda: unschedulable(v1, fault["job"].split("/")[1]), timeout=30,
+             message="the pending Job unschedulable")
+    state = asyncio.run(gpu_scan(return_state=True))
+    assert state.is_completed(), state.message
+    result = state.result()
+    assert result["stranded"] and list(result["pending_gpu_pods_by_shape"]) == [SHAPE]
+
+    async def artifacts() -> dict:
+        async with get_client() as c:
+            found = await c.read_artifacts(artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+        return {a.key: a for a in found}
+
+    found = asyncio.run(artifacts())
+    rows = {r["node"]: r for r in json.loads(found["gpu-scan-nodes"].data)}
+    assert {n: rows[n]["free_gpus"] for n in fault["freeGpus"]} == {
+        n: float(f) for n, f in fault["freeGpus"].items()}
+    assert all(rows[n]["gpu_model"] == H100 and rows[n]["gpus"] == 8 for n in fault["freeGpus"])
+    assert "Stranded GPUs: an episode" in found["gpu-scan-summary"].data
+    [scan] = [d for d in deployments() if d.flow_name == "gpu-scan"]
+    assert scan.schedules and scan.schedules[0].schedule.interval == timedelta(minutes=10)

@@ -138,3 +138,20 @@ def assess_gpus(cluster: Cluster, failed: Collection[str]) -> GpuAssessment:
         fragmentation_by_node={name: _gpus(frag[n]) for n, name in enumerate(state.node_names)
                                if state.gpu_count[n]},
         why=why)
+
+
+def node_rows(cluster: Cluster, assessment: GpuAssessment) -> list[dict[str, Any]]:
+    """One row per GPU node for the scan's table: what it has, what is free, its FGD
+    fragmentation (GPUs), and whether it is cordoned."""
+    used: dict[str, int] = {}
+    pods: dict[str, int] = {}
+    for pod in cluster.running:
+        if pod.gpu_count and pod.node is not None:
+            used[pod.node] = used.get(pod.node, 0) + pod.gpu_total_milli
+            pods[pod.node] = pods.get(pod.node, 0) + 1
+    return [{"node": n.name, "gpu_model": n.gpu_model, "gpus": n.gpus,
+             "free_gpus": _gpus(n.gpus * MILLI - used.get(n.name, 0)),
+             "gpu_pods": pods.get(n.name, 0),
+             "fgd_fragmentation_gpus": assessment.fragmentation_by_node.get(n.name, 0.0),
+             "cordoned": n.cordoned}
+            for n in sorted(cluster.nodes, key=lambda n: n.name) if n.gpus]
