@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -165,7 +166,7 @@ class GpuSensor:
             # While an episode goes on, time alone moves it (its debounce, its end): look
             # every interval even without changes.
             busy = self.store.stranded is not None
-            if not self._changed.wait(interval if busy else 60.0) and not busy:
+            if not self._wait_for_change(interval if busy else 60.0) and not busy:
                 continue
             if self.stop.wait(interval):  # what arrives meanwhile joins this scan
                 return
@@ -178,6 +179,17 @@ class GpuSensor:
                 return
             except Exception:
                 log.exception("GPU scan failed; trying again at the next change")
+
+    def _wait_for_change(self, timeout: float) -> bool:
+        """Wait for a change, `timeout` at most, returning early (False) on stop."""
+        deadline = time.monotonic() + timeout
+        while not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self._changed.wait(min(left, 0.5)):
+                return True
+        return False
 
     def scan(self, now: datetime | None = None) -> GpuAssessment:
         """Assess the cached pods and nodes, update the gauges, advance the episode."""
