@@ -74,9 +74,12 @@ def boto(service: str, url: str):
                         aws_access_key_id="testing", aws_secret_access_key="testing")
 
 
-def write_scenario(tmp_path: Path, gpu_size: int = 1) -> str:
+def write_scenario(tmp_path: Path, gpu_size: int = 1, zones: str | None = None) -> str:
     path = tmp_path / "pools.yaml"
-    path.write_text(SCENARIO.replace("{gpu_size}", str(gpu_size)))
+    text = SCENARIO.replace("{gpu_size}", str(gpu_size))
+    if zones:
+        text = text.replace("    backing: eks\n", f"    zones: {zones}\n    backing: eks\n")
+    path.write_text(text)
     return str(path)
 
 
@@ -115,7 +118,7 @@ def free_gpus(api: client.ApiClient, node) -> int:
 
 def test_pools_create_their_eks_node_group_and_auto_scaling_group_in_moto(sim_factory, aws,
                                                                          tmp_path):
-    sim_factory(write_scenario(tmp_path, gpu_size=2), aws_endpoint=aws)
+    sim = sim_factory(write_scenario(tmp_path, gpu_size=2), aws_endpoint=aws)
     eks = boto("eks", aws)
     group = wait_for(lambda: eks.describe_nodegroup(clusterName=CLUSTER,
                                                     nodegroupName="gpu")["nodegroup"],
@@ -123,9 +126,13 @@ def test_pools_create_their_eks_node_group_and_auto_scaling_group_in_moto(sim_fa
     assert group["scalingConfig"] == {"minSize": 0, "maxSize": 4, "desiredSize": 2}
     assert group["instanceTypes"] == ["p5.48xlarge"]
     asg = boto("autoscaling", aws)
-    groups = wait_for(lambda: asg.describe_auto_scaling_groups(
-        AutoScalingGroupNames=[f"{CLUSTER}-l4"])["AutoScalingGroups"], message="the l4 ASG")
+    groups = wait_for(lambda: (g := asg.describe_auto_scaling_groups(
+        AutoScalingGroupNames=[f"{CLUSTER}-l4"])["AutoScalingGroups"]) and g[0]["Instances"]
+        and g, message="the l4 ASG with its node's instance")
     assert groups[0]["DesiredCapacity"] == 1
+    [node] = pool_nodes(sim.api, "l4")
+    assert [i["InstanceId"] for i in groups[0]["Instances"]] == [
+        node.spec.provider_id.rsplit("/", 1)[-1]]  # the node is the group's instance
 
 
 def test_scaling_a_node_group_out_adds_nodes_notready_then_ready_then_with_gpus(
@@ -174,42 +181,48 @@ def test_raising_min_size_prewarms_nodes_as_on_real_eks(sim_factory, aws, tmp_pa
     wait_for(lambda: len(pool_nodes(sim.api, "gpu")) == 3, message="3 gpu nodes")
 
 
-def test_scale_in_removes_empty_nodes_first_and_drains_busy_ones(sim_factory, aws, tmp_path):
-    sim = sim_factory(write_scenario(tmp_path, gpu_size=3), aws_endpoint=aws)
+def test_a_bare_node_group_decrease_removes_the_node_aws_picks_even_a_busy_one(sim_factory, aws,
+                                                                             tmp_path):
+    """AWS's default termination policy balances zones first and never asks what runs on a
+    node: lowering desiredSize can take a busy GPU node and keep an empty one."""
+    sim = sim_factory(write_scenario(tmp_path, gpu_size=3, zones="[us-east-1a, us-east-1b]"),
+                      aws_endpoint=aws)
     v1 = client.CoreV1Api(sim.api)
     eks = boto("eks", aws)
     wait_for(lambda: eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName="gpu"),
              message="the gpu node group")
-    nodes = sorted(n.metadata.name for n in pool_nodes(sim.api, "gpu"))
-    v1.create_namespaced_pod("default", gpu_pod("busy-a", nodes[0]))
-    v1.create_namespaced_pod("default", gpu_pod("busy-b", nodes[1]))
+    by_zone: dict[str, list[str]] = {}
+    for node in pool_nodes(sim.api, "gpu"):
+        by_zone.setdefault(node.metadata.labels["topology.kubernetes.io/zone"], []).append(
+            node.metadata.name)
+    crowded = max(by_zone, key=lambda z: len(by_zone[z]))
+    assert sorted(len(names) for names in by_zone.values()) == [1, 2]
+    for i, name in enumerate(by_zone[crowded]):  # both nodes of the crowded zone are busy
+        v1.create_namespaced_pod("default", gpu_pod(f"busy-{i}", name))
 
     eks.update_nodegroup_config(clusterName=CLUSTER, nodegroupName="gpu",
                                 scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 2})
-    wait_for(lambda: sorted(n.metadata.name for n in pool_nodes(sim.api, "gpu")) == nodes[:2],
-             message="the empty node removed")
-
-    eks.update_nodegroup_config(clusterName=CLUSTER, nodegroupName="gpu",
-                                scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 1})
     cordoned = wait_for(lambda: [n for n in pool_nodes(sim.api, "gpu") if n.spec.unschedulable],
                         message="a node cordoned for scale-in")
     victim = cordoned[0].metadata.name
-    assert ("node.kubernetes.io/unschedulable", "NoSchedule") in taint_keys(cordoned[0])
+    assert victim in by_zone[crowded]  # zone balance: a busy node goes, the empty one stays
     sim.advance(40)  # past the pods' termination grace period
-    wait_for(lambda: [n.metadata.name for n in pool_nodes(sim.api, "gpu")] != [] and
-             victim not in {n.metadata.name for n in pool_nodes(sim.api, "gpu")},
-             message="the drained node removed")
-    assert len(pool_nodes(sim.api, "gpu")) == 1
-    left = {p.metadata.name for p in v1.list_namespaced_pod("default").items}
-    assert len(left) == 1  # the drained node's pod is gone, the other one stays
+    wait_for(lambda: victim not in {n.metadata.name for n in pool_nodes(sim.api, "gpu")},
+             message="the busy node removed")
+    assert len(pool_nodes(sim.api, "gpu")) == 2
+    left = [p.metadata.name for p in v1.list_namespaced_pod("default").items
+            if p.metadata.deletion_timestamp is None]
+    assert len(left) == 1  # one of the two busy pods went with its node
 
 
 def test_an_asg_pool_follows_its_instances(sim_factory, aws, tmp_path):
     sim = sim_factory(write_scenario(tmp_path), aws_endpoint=aws)
+    v1 = client.CoreV1Api(sim.api)
     asg = boto("autoscaling", aws)
     name = f"{CLUSTER}-l4"
-    wait_for(lambda: asg.describe_auto_scaling_groups(
-        AutoScalingGroupNames=[name])["AutoScalingGroups"], message="the l4 ASG")
+    wait_for(lambda: (g := asg.describe_auto_scaling_groups(
+        AutoScalingGroupNames=[name])["AutoScalingGroups"]) and g[0]["Instances"],
+        message="the l4 ASG with its node's instance")
     before = {n.metadata.name for n in pool_nodes(sim.api, "l4")}
     asg.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=2)
     group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
@@ -223,6 +236,15 @@ def test_an_asg_pool_follows_its_instances(sim_factory, aws, tmp_path):
                                                  ShouldDecrementDesiredCapacity=True)
     wait_for(lambda: {n.metadata.name for n in pool_nodes(sim.api, "l4")} == before,
              message="the terminated instance's node removed")
+
+    # The scenario's own node is an instance of the group too: terminating it removes it.
+    [first] = before
+    instance = v1.read_node(first).spec.provider_id.rsplit("/", 1)[-1]
+    asg.terminate_instance_in_auto_scaling_group(InstanceId=instance,
+                                                 ShouldDecrementDesiredCapacity=True)
+    wait_for(lambda: not pool_nodes(sim.api, "l4"), message="the scenario's node removed")
+    group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
+    assert (group["DesiredCapacity"], group["Instances"]) == (0, [])
 
 
 # --- static pools and node faults --------------------------------------------------------------

@@ -1,6 +1,17 @@
 """Node pools' AWS side in moto: an EKS cluster with a managed node group per `eks` pool, a
 launch template and Auto Scaling group per `asg` pool, and reading back their desired sizes.
 
+An `asg` pool's nodes are instances of its Auto Scaling group, as on AWS, so that
+`TerminateInstanceInAutoScalingGroup` on a node's instance (its providerID) removes exactly
+that node: the nodes a scenario starts with get an EC2 instance each in their zone, attached
+to the group, and their providerID names it. A bare `SetDesiredCapacity` decrease is moto's
+to carry out: it terminates the first unprotected instances of its list (not AWS's choice).
+
+An `eks` pool follows its managed node group's sizes; moto names an Auto Scaling group in
+`describe_nodegroup` (`resources.autoScalingGroups`) but creates none, so its nodes' instances
+exist nowhere in AWS and the node pool controller picks which node a bare decrease removes,
+by the default termination policy (`termination.py`).
+
 `AwsBacking` makes blocking boto3 calls; `AwsPoolSync`, the controller, runs each of them in a
 thread (`asyncio.to_thread`) so the cluster's event loop never waits on AWS.
 """
@@ -32,10 +43,11 @@ _TAINT_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE",
 
 @dataclass(frozen=True)
 class GroupSize:
-    """What AWS wants a pool to have: a node count, and for an ASG its live instances."""
+    """What AWS wants a pool to have: a node count, and its group's live instances."""
 
     desired: int
     instances: dict[str, str] | None = None  # ASG instance id -> availability zone
+    protected: frozenset[str] = frozenset()  # instances protected from scale in
 
 
 class NotFound(Exception):
@@ -115,12 +127,18 @@ class AwsBacking:
                                             AvailabilityZone=zone)["Subnet"]
             self._subnets[zone] = subnet["SubnetId"]
 
-    def ensure_pool(self, pool: NodePool, current_nodes: int) -> None:
-        """Create the pool's node group / ASG sized to the nodes it has now, or adopt it."""
+    def ensure_pool(self, pool: NodePool, nodes: list[tuple[str, str]]) -> dict[str, str]:
+        """Create the pool's node group, or its Auto Scaling group sized to `nodes` (name,
+        zone) with each node an instance of it; or adopt what exists. Returns node ->
+        instance id for the nodes given instances (none for a node group or an adopted
+        Auto Scaling group)."""
         self._create_subnets([z for z in pool.zones if z not in self._subnets])
         subnets = [self._subnets[z] for z in pool.zones]
         name = pool.aws_group_name(self.cluster_name)
-        desired = min(max(current_nodes, pool.min_size), pool.max_size)
+        desired = min(max(len(nodes), pool.min_size), pool.max_size)
+        tags = [("gpuops.io/pool", pool.name),
+                (f"kubernetes.io/cluster/{self.cluster_name}", "owned"),
+                ("k8s.io/cluster-autoscaler/enabled", "true")]
         if pool.backing == "eks":
             try:
                 self.eks.create_nodegroup(
@@ -141,27 +159,44 @@ class AwsBacking:
                 if _code(e) != "ResourceInUseException":
                     raise
                 log.info("adopting existing EKS node group %s", name)
-            return
+            return {}  # moto creates no Auto Scaling group behind it: nothing to attach to
+        group = template = name
         try:
-            self.ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData={
+            self.ec2.create_launch_template(LaunchTemplateName=template, LaunchTemplateData={
                 "ImageId": "ami-12c6146b", "InstanceType": pool.instance_type})
         except ClientError as e:
             if "AlreadyExists" not in _code(e):
                 raise
         try:
             self.autoscaling.create_auto_scaling_group(
-                AutoScalingGroupName=name,
-                LaunchTemplate={"LaunchTemplateName": name, "Version": "$Latest"},
-                MinSize=pool.min_size, MaxSize=pool.max_size, DesiredCapacity=desired,
+                AutoScalingGroupName=group,
+                LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"},
+                MinSize=0, MaxSize=pool.max_size, DesiredCapacity=0,
                 VPCZoneIdentifier=",".join(subnets),
-                Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in (
-                    ("gpuops.io/pool", pool.name),
-                    (f"kubernetes.io/cluster/{self.cluster_name}", "owned"),
-                    ("k8s.io/cluster-autoscaler/enabled", "true"))])
+                Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in tags])
         except ClientError as e:
             if _code(e) != "AlreadyExists":
                 raise
-            log.info("adopting existing Auto Scaling group %s", name)
+            log.info("adopting existing Auto Scaling group %s", group)
+            return {}
+        adopted = {node: self._launch(pool, template, zone) for node, zone in nodes}
+        if adopted:
+            self.autoscaling.attach_instances(AutoScalingGroupName=group,
+                                              InstanceIds=list(adopted.values()))
+        resize = {"DesiredCapacity": desired} if desired != len(adopted) else {}
+        self.autoscaling.update_auto_scaling_group(
+            AutoScalingGroupName=group, MinSize=min(pool.min_size, desired), **resize)
+        return adopted
+
+    def _launch(self, pool: NodePool, template: str, zone: str) -> str:
+        """An EC2 instance for a node that exists already, in its zone."""
+        if zone not in self._subnets:
+            self._create_subnets([zone])
+        reservation = self.ec2.run_instances(
+            LaunchTemplate={"LaunchTemplateName": template}, MinCount=1, MaxCount=1,
+            InstanceType=pool.instance_type, Placement={"AvailabilityZone": zone},
+            SubnetId=self._subnets[zone])
+        return reservation["Instances"][0]["InstanceId"]
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -179,15 +214,18 @@ class AwsBacking:
             return GroupSize(effective_desired(int(scaling.get("desiredSize", 0)),
                                                int(scaling.get("minSize", 0)),
                                                int(scaling.get("maxSize", 0))))
-        groups = self.autoscaling.describe_auto_scaling_groups(
+        found = self.autoscaling.describe_auto_scaling_groups(
             AutoScalingGroupNames=[name])["AutoScalingGroups"]
-        if not groups:
+        if not found:
             raise NotFound(name)
-        group = groups[0]
-        instances = {i["InstanceId"]: i["AvailabilityZone"] for i in group.get("Instances", [])
-                     if i.get("LifecycleState", "InService") in ("InService", "Pending")}
-        return GroupSize(effective_desired(int(group["DesiredCapacity"]), int(group["MinSize"]),
-                                           int(group["MaxSize"])), instances)
+        asg = found[0]
+        live = [i for i in asg.get("Instances", [])
+                if i.get("LifecycleState", "InService") in ("InService", "Pending")]
+        return GroupSize(effective_desired(int(asg["DesiredCapacity"]), int(asg["MinSize"]),
+                                           int(asg["MaxSize"])),
+                         {i["InstanceId"]: i["AvailabilityZone"] for i in live},
+                         frozenset(i["InstanceId"] for i in live
+                                   if i.get("ProtectedFromScaleIn")))
 
 
 def _code(error: ClientError) -> str:
@@ -219,8 +257,9 @@ class AwsPoolSync:
                     cluster_ready = True
                 for runtime in backed:
                     if not runtime.aws_created:
-                        count = len(self.pools.index.pool_nodes(runtime.pool.name))
-                        await asyncio.to_thread(aws.ensure_pool, runtime.pool, count)
+                        nodes = self.pools.nodes_and_zones(runtime)
+                        adopted = await asyncio.to_thread(aws.ensure_pool, runtime.pool, nodes)
+                        self.pools.adopt_instances(runtime, adopted)
                         runtime.aws_created = True
                     try:
                         size = await asyncio.to_thread(aws.read_size, runtime.pool)
