@@ -204,7 +204,7 @@ async def _artifacts(run_id: str) -> dict[str, str]:
 
 def _snapshot(ep: Episode) -> dict[str, Any]:
     nodes = {n.metadata.name: (sorted(str(t.to_dict()) for t in n.spec.taints or []),
-                               n.spec.unschedulable, sorted((n.metadata.annotations or {})))
+                               n.spec.unschedulable, sorted(n.metadata.annotations or {}))
              for n in ep.v1.list_node().items}
     pods = {p.metadata.uid: (p.metadata.namespace, p.metadata.name, p.spec.node_name,
                              p.status.nominated_node_name, p.metadata.deletion_timestamp,
@@ -226,16 +226,18 @@ def test_a_dry_run_plans_and_reports_and_changes_nothing(prefect_server, sim_fac
     assert ep.v1.read_namespaced_pod(ep.pending, "default").spec.node_name is None
 
 
-def test_a_run_killed_mid_execution_is_cleaned_up_by_the_next_run(prefect_server, sim_factory):
+def test_a_run_killed_mid_execution_is_cleaned_up_by_the_next_run(prefect_server, sim_factory,
+                                                                 tmp_path):
     # No approval needed for 2 moves; every pods/status write fails, so the run sits in its
     # retries right after it tainted the node and added the toleration: then it is killed.
     ep = episode(sim_factory, approve_up_to_moves=5)
     ep.sim.fault("api-500", count=100000, method="PATCH", path="/api/v1/namespaces/*/pods/*/status")
-    params = json.dumps(ep.blocks)
+    code = ("import asyncio, json, sys; from gpuops.flows.gpu_rebalance import gpu_rebalance; "
+            "asyncio.run(gpu_rebalance(**json.loads(sys.argv[1])))")
     killed = subprocess.Popen(
-        [sys.executable, "-c", "import asyncio, json, sys; from gpuops.flows.gpu_rebalance "
-         "import gpu_rebalance; asyncio.run(gpu_rebalance(**json.loads(sys.argv[1])))", params],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        [sys.executable, "-c", code, json.dumps(ep.blocks)],
+        stdout=subprocess.DEVNULL, stderr=(tmp_path / "killed.log").open("w"),
+        start_new_session=True)
     try:
         wait_for(lambda: any(t.key == REBALANCE_TAINT for t in ep.v1.read_node(
             ep.victim).spec.taints or []), timeout=120, message="the run to taint the node")

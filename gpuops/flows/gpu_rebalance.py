@@ -88,6 +88,9 @@ from gpuops.tasks.rebalance.repack import (
 RECORD_KEYS = (REBALANCE_RUN, REBALANCE_EXPIRES, REBALANCE_NOMINATED)
 EXPIRY_MARGIN = timedelta(minutes=10)  # beyond the settle timeout, for cleanup itself
 POLL_S = 1.0
+# The nodes' slots are renewed while held; a killed run's free themselves this soon, so the
+# next run can clean up after it without waiting Prefect's default five minutes.
+SLOT_LEASE_S = 60.0  # the server refuses leases under 60 s
 STRANDED = event_name("gpu", "stranded")
 CAPACITY_NEEDED = event_name("gpu", "capacity-needed")
 DIVERGED = event_name("rebalance", "diverged")
@@ -309,7 +312,7 @@ async def execute(kube: Kube, steps: Steps, run_id: str, *, dry_run: bool,
         for action in _actions(kube, steps, run_id, record, toleration):
             await perform(action, dry_run=True)
         return Progress(done=False, waiting=(), diverged=())
-    async with hold_targets([f"node/{n}" for n in steps.nodes]):
+    async with hold_targets([f"node/{n}" for n in steps.nodes], lease_s=SLOT_LEASE_S):
         try:
             blocked = await _act(kube, steps, run_id, record, toleration)
             if blocked:

@@ -118,11 +118,13 @@ async def ensure_limit(name: str, limit: int = 1) -> None:
 
 
 @asynccontextmanager
-async def hold_targets(targets: list[str], *, timeout_s: float | None = None
-                       ) -> AsyncIterator[None]:
+async def hold_targets(targets: list[str], *, timeout_s: float | None = None,
+                       lease_s: float = 300) -> AsyncIterator[None]:
     """Hold the targets' slots for a whole sequence of actions (one flow at a time per target).
 
-    Slots already held by this run are not taken twice, so `perform` inside works as is."""
+    Slots already held by this run are not taken twice, so `perform` inside works as is.
+    The slots are leased for `lease_s` and renewed while held: a killed holder's slots free
+    themselves that long after it died (plus the server's repossessor loop)."""
     state = _state()
     wanted = sorted({limit_name(t) for t in targets} - state.held)
     if not wanted:
@@ -130,7 +132,8 @@ async def hold_targets(targets: list[str], *, timeout_s: float | None = None
         return
     for name in wanted:
         await ensure_limit(name)
-    async with concurrency(wanted, occupy=1, strict=True, timeout_seconds=timeout_s):
+    async with concurrency(wanted, occupy=1, strict=True, timeout_seconds=timeout_s,
+                           lease_duration=lease_s):
         state.held.update(wanted)
         try:
             yield
