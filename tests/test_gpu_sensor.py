@@ -122,8 +122,10 @@ def test_stranded_gpus_are_reported_once_per_episode_across_pod_updates_and_a_re
     # A restarted watcher (same state file) sees the same episode going on.
     watcher = ClusterWatcher(kube, state_file=state, workers=1).start()
     try:
-        wait_for(lambda: watcher.gpu.scans >= 5, timeout=30, message="the new watcher's scans")
+        # 10 scans 0.2 s apart: longer than the 1 s debounce a new episode would wait.
+        wait_for(lambda: watcher.gpu.scans >= 10, timeout=30, message="the new watcher's scans")
         assert watcher.gpu.store.stranded is not None and watcher.gpu.store.stranded.reported
+        assert watcher.gpu.reported == []
         assert len(events_named("gpuops.gpu.stranded", since)) == 1
 
         # The episode ends when the pending pod goes; a new one is a new report.
