@@ -352,3 +352,23 @@ def test_a_bad_policy_document_fails_the_run_naming_the_block_and_field(prefect_
     assert state.is_failed()
     assert f"Block gpuops-rebalance-policy/{name}: max_moves:" in state.message
     assert "-3" not in state.message
+
+
+def test_the_served_deployment_is_triggered_by_the_watchers_stranded_event_and_a_schedule():
+    from gpuops.deployments.serve import deployments
+    from gpuops.sensors.emitter import build_event
+
+    [rebalance] = [d for d in deployments(approval_policy="oncall")
+                   if d.flow_name == "gpu-rebalance"]
+    stranded = build_event(obj="gpu", what="stranded", cluster="prod", kind="Cluster",
+                           namespace=None, name="prod", identity="episode-1", payload={})
+    pod_event = build_event(obj="pod", what="restarted", cluster="prod", kind="Pod",
+                            namespace="default", name="x", identity="r-1", payload={})
+    [trigger] = rebalance.triggers
+    assert stranded.event in trigger.expect and pod_event.event not in trigger.expect
+    assert trigger.match.includes([stranded.resource])
+    assert not trigger.match.includes([pod_event.resource])
+    assert trigger.parameters == {"event_id": "{{ event.id | string }}"}
+    assert rebalance.parameters == {"policy_block": "oncall"}  # the named approval policy
+    assert rebalance.schedules  # and every half hour
+    assert rebalance.concurrency_limit == 1

@@ -12,6 +12,7 @@ from prefect.schedules import Interval
 
 from gpuops.flows.capacity_prewarm import capacity_prewarm
 from gpuops.flows.drain_node import drain_node
+from gpuops.flows.gpu_rebalance import STRANDED, gpu_rebalance
 from gpuops.flows.gpu_scan import gpu_scan
 from gpuops.flows.restart_diagnostics import restart_diagnostics
 from gpuops.tasks.restarts.events import RESTART_DIAGNOSTICS_EVENTS
@@ -73,6 +74,20 @@ def deployments(*, approval_policy: str = "", capacity_mode: str = "dry-run") ->
             concurrency_limit=ConcurrencyLimitConfig(
                 limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
             description="Forecast demand, plan node pools, pre-warm them ahead of demand."),
+        # A stranded-GPU episode (the watcher reports it once per episode) starts a run,
+        # and so does the half-hour schedule (an episode reported while serve was down, or
+        # one a run could not fix yet). One run at a time; a run due while one is up (it
+        # may be waiting for approval) is cancelled: it would plan on the same cluster.
+        gpu_rebalance.to_deployment(
+            name="on-stranded", cron="*/30 * * * *", tags=["gpuops", "rebalance"],
+            triggers=[DeploymentEventTrigger(
+                name="GPUs stranded", expect={STRANDED},
+                match={"prefect.resource.id": "k8s.*", "gpuops.kind": "Cluster"},
+                parameters={"event_id": "{{ event.id | string }}"})],
+            parameters=policy,
+            concurrency_limit=ConcurrencyLimitConfig(
+                limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
+            description="Repack running GPU pods so Pending GPU pods fit, with approval."),
         gpu_scan.to_deployment(name="every-10-minutes", interval=timedelta(minutes=10),
                                tags=["gpuops", "rebalance"], description="GPU nodes as a "
                                "table: free GPUs, stranded GPUs, FGD fragmentation."),
