@@ -372,3 +372,32 @@ def test_the_served_deployment_is_triggered_by_the_watchers_stranded_event_and_a
     assert rebalance.parameters == {"policy_block": "oncall"}  # the named approval policy
     assert rebalance.schedules  # and every half hour
     assert rebalance.concurrency_limit == 1
+
+
+def test_an_eviction_a_disruption_budget_refuses_stops_the_run_and_cleans_up(
+        prefect_server, sim_factory, slack_fake):
+    ep = episode(sim_factory, slack_fake)
+    moving = [p for p in _fillers(ep) if p.spec.node_name == ep.victim]
+    app = moving[0].metadata.labels["app"]
+    policy = client.PolicyV1Api(ep.sim.api)
+    policy.create_namespaced_pod_disruption_budget("default", {
+        "metadata": {"name": app}, "spec": {"maxUnavailable": 2, "selector": {
+            "matchLabels": {"app": app}}}})
+    wait_for(lambda: policy.read_namespaced_pod_disruption_budget(
+        app, "default").status.disruptions_allowed == 2, timeout=30, message="the PDB counted")
+    run = FlowThread(**ep.blocks)
+    message = _approval_message(ep)
+    wait_paused(run_id_of(message))
+    # The budget tightens after the plan was made: the Eviction API answers 429.
+    policy.patch_namespaced_pod_disruption_budget(app, "default",
+                                                  {"spec": {"maxUnavailable": 0}})
+    wait_for(lambda: policy.read_namespaced_pod_disruption_budget(
+        app, "default").status.disruptions_allowed == 0, timeout=30, message="the PDB at 0")
+    assert ep.receiver.click(message, "gpuops_approve", ALICE)[0] == 200
+
+    state = run.result(timeout=180)
+    assert state.is_completed() and state.name == "Blocked", state.message
+    assert "refused by a PodDisruptionBudget" in state.message
+    assert {p.metadata.uid for p in _fillers(ep)} >= {p.metadata.uid for p in moving}
+    assert _temporary_changes(ep) == []
+    assert ep.v1.read_namespaced_pod(ep.pending, "default").spec.node_name is None

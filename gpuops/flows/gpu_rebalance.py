@@ -209,6 +209,10 @@ async def gpu_rebalance(dry_run: bool = False, max_moves: int | None = None,
         return Completed(name="DryRun", data=summary, message=(
             f"dry run: would move {len(repack.moves)} pod(s) and land "
             f"{len(repack.landings)}; nothing was changed"))
+    if outcome.blocked:
+        return Completed(name="Blocked", data={**summary, "blocked": list(outcome.blocked)},
+                         message="stopped: " + "; ".join(outcome.blocked)
+                         + "; temporary changes removed")
     if outcome.diverged:
         return await _stop_diverged(kube, list(outcome.diverged), summary)
     if outcome.waiting:
@@ -316,7 +320,7 @@ async def execute(kube: Kube, steps: Steps, run_id: str, *, dry_run: bool,
         try:
             blocked = await _act(kube, steps, run_id, record, toleration)
             if blocked:
-                return Progress(done=False, waiting=(), diverged=tuple(blocked))
+                return Progress(done=False, waiting=(), diverged=(), blocked=tuple(blocked))
             return await _wait(kube, steps, before, settle_timeout_s)
         finally:
             await _clean_up(kube, steps, run_id)

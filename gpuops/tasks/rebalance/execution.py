@@ -163,6 +163,7 @@ class Progress:
     diverged: tuple[str, ...]  # what happened otherwise than planned (stop and report)
     landed: tuple[tuple[str, str], ...] = ()  # (pending pod, node) bound as planned
     replaced: tuple[tuple[str, str, str], ...] = ()  # (moved pod, replacement, its node)
+    blocked: tuple[str, ...] = ()  # why acting stopped early (a PDB refused an eviction)
 
 
 @dataclass(frozen=True)
