@@ -190,7 +190,7 @@ def test_a_bare_node_group_decrease_removes_the_node_aws_picks_even_a_busy_one(s
     v1 = client.CoreV1Api(sim.api)
     eks = boto("eks", aws)
     wait_for(lambda: eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName="gpu"),
-             message="the gpu node group")
+             timeout=30, message="the gpu node group")
     by_zone: dict[str, list[str]] = {}
     for node in pool_nodes(sim.api, "gpu"):
         by_zone.setdefault(node.metadata.labels["topology.kubernetes.io/zone"], []).append(
