@@ -215,19 +215,3 @@ def advertise_gpus(status: Obj, pool: NodePool) -> None:
             resources = status.setdefault(field, {})
             resources[GPU_RESOURCE] = str(pool.gpus_per_node)
             resources[GPU_MILLI_RESOURCE] = str(pool.gpus_per_node * MILLI_PER_GPU)
-
-
-
-def pod_gpu_request(pod: Obj) -> int:
-    """GPUs a pod holds: the larger of its containers' sum and its biggest init container."""
-    spec = pod.get("spec") or {}
-
-    def gpus(container: Obj) -> int:
-        res = container.get("resources") or {}
-        value = (res.get("requests") or {}).get(
-            GPU_RESOURCE, (res.get("limits") or {}).get(GPU_RESOURCE, 0))
-        return int(parse_quantity(value)) if value else 0
-
-    regular = sum(gpus(c) for c in spec.get("containers") or [])
-    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
-    return max(regular, init)
