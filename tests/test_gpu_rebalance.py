@@ -175,7 +175,7 @@ def test_a_stranded_gpu_episode_is_planned_approved_in_slack_and_repaired(
     text = json.dumps(message["blocks"], ensure_ascii=False)
     assert "GPU rebalance: 2 move(s) to schedule 1 pending pod(s)" in text
     assert f"default/{ep.pending}` on {ep.victim}" in text  # what then gets scheduled
-    assert "GPUs put to work: 8" in text and "expected GPU-hours saved" in text
+    assert "GPUs freed and put to work: 8" in text and "expected GPU-hours saved" in text
     for pod in fillers:
         if pod.spec.node_name == ep.victim:
             assert f"default/{pod.metadata.name}" in text  # what moves

@@ -215,10 +215,11 @@ def _pod(pod: Obj, policy: ConversionPolicy, budgets: list[tuple[Obj, str]], *,
     owner = _controller(meta)
     owner_kind = owner.get("kind") if owner else None
     move_cost = None
-    if MOVE_COST not in annotations and owner_kind in policy.move_cost_by_owner_kind:
+    if MOVE_COST not in annotations and owner_kind is not None and \
+            owner_kind in policy.move_cost_by_owner_kind:
         move_cost = float(policy.move_cost_by_owner_kind[owner_kind])
     volumes = spec.get("volumes") or []
-    gpu_models = frozenset()
+    gpu_models: frozenset[str] = frozenset()
     selector = dict(spec.get("nodeSelector") or {})
     if PRODUCT_LABEL in selector:
         gpu_models = frozenset({selector[PRODUCT_LABEL]})

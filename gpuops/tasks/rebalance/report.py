@@ -95,8 +95,8 @@ def render_maps(maps: Mapping[str, GpuMap], focus: Iterable[str] = ()) -> str:
     """Several maps (title -> map) side by side in one legend; `focus` nodes first."""
     workloads: list[str] = []
     for grid in maps.values():
-        for cells in grid.values():
-            for holders in cells:
+        for per_gpu in grid.values():
+            for holders in per_gpu:
                 for h in holders:
                     if h.workload not in workloads:
                         workloads.append(h.workload)
@@ -182,12 +182,12 @@ def plan_text(plan: RepackPlan) -> str:
 
 def approval_summary(plan: RepackPlan, view: ClusterView, expected_wait_hours: float) -> str:
     landed = landed_gpus(plan, view)
-    freed = plan.stranded_gpus_before - plan.stranded_gpus_after
     moved = ", ".join(f"`{m.pod}` ({m.from_node} → {m.to_node})" for m in plan.moves)
     lands = ", ".join(f"`{lnd.pod}` on {lnd.node}" for lnd in plan.landings)
     return (f"Evict {len(plan.moves)} pod(s) (their controllers recreate them elsewhere): "
             f"{moved}.\nThen scheduled: {lands}.\n"
-            f"GPUs put to work: {landed:g}; stranded GPUs {plan.stranded_gpus_before:g} → "
-            f"{plan.stranded_gpus_after:g} ({freed:g} freed); expected GPU-hours saved ≈ "
+            f"GPUs freed and put to work: {landed:g}; stranded GPUs "
+            f"{plan.stranded_gpus_before:g} → {plan.stranded_gpus_after:g}; expected "
+            "GPU-hours saved ≈ "
             f"{landed * expected_wait_hours:g} ({landed:g} GPUs × {expected_wait_hours:g} h "
             "the pending pods would otherwise wait).")
