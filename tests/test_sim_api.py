@@ -174,6 +174,18 @@ def test_strategic_merge_patch_merges_containers_by_name(kube, ns):
     assert patched.metadata.generation == 2
 
 
+def test_strategic_merge_patch_replaces_a_nodes_taints_whole(sim):
+    """NodeSpec.taints has no patch merge key: a strategic merge patch replaces the list, so
+    a patch that leaves a taint out removes it (what `kubectl taint ... -` relies on)."""
+    v1 = client.CoreV1Api(sim.api)
+    v1.create_node({"metadata": {"name": "n1"}, "spec": {"taints": [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "gpuops.io/rebalance", "value": "run-1", "effect": "NoSchedule"}]}})
+    patched = v1.patch_node("n1", {"spec": {"taints": [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}})
+    assert [(t.key, t.value) for t in patched.spec.taints] == [("nvidia.com/gpu", "present")]
+
+
 @pytest.mark.real_cluster
 def test_merge_patch_replaces_lists_and_json_patch_edits_paths(kube, ns):
     apps = client.AppsV1Api(kube)

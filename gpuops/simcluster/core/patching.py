@@ -10,14 +10,15 @@ import jsonpatch
 from .errors import ApiError, bad_request
 
 # Lists that strategic merge patch merges element-wise, by field name -> merge key.
-# These are the patchMergeKey tags of the Kubernetes API types gpuops and its users touch.
+# These are the patchMergeKey tags of the Kubernetes API types gpuops and its users touch;
+# a list without one (NodeSpec.taints, PodSpec.tolerations) is replaced whole.
 MERGE_KEYS: dict[str, str] = {
     "containers": "name", "initContainers": "name", "ephemeralContainers": "name",
     "env": "name", "volumes": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath",
     "imagePullSecrets": "name", "conditions": "type", "hostAliases": "ip",
     "topologySpreadConstraints": "topologyKey", "resourceClaims": "name",
     "ownerReferences": "uid", "containerStatuses": "name", "initContainerStatuses": "name",
-    "addresses": "type", "taints": "key",
+    "addresses": "type",
 }
 # Lists of scalars merged as sets rather than replaced.
 MERGED_SCALAR_LISTS = {"finalizers"}
