@@ -14,8 +14,7 @@ from typing import Any
 from gpuops.common.redact_blocks import mask_key_blocks
 from gpuops.common.redact_shapes import CONTEXT_SHAPES, MASK, VENDOR_TOKENS, is_secret_key
 
-__all__ = ["MASK", "is_secret_key", "pod_env_secrets", "redact", "redact_text",
-           "scrub_pod_spec"]
+__all__ = ["MASK", "is_secret_key", "pod_env_secrets", "redact", "redact_text"]
 
 MIN_KNOWN_SECRET_CHARS = 4  # shorter values would mask common words and numbers everywhere
 
@@ -63,16 +62,3 @@ def pod_env_secrets(pod: dict[str, Any]) -> list[str]:
                 if env.get("value"):
                     values.append(str(env["value"]))
     return values
-
-
-def scrub_pod_spec(pod: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a pod whose env values are masked (valueFrom references are kept)."""
-    import copy
-
-    pod = copy.deepcopy(pod)
-    for group in ("initContainers", "containers", "ephemeralContainers"):
-        for container in (pod.get("spec") or {}).get(group) or []:
-            for env in container.get("env") or []:
-                if "value" in env:
-                    env["value"] = MASK
-    return pod

@@ -203,10 +203,6 @@ async def _verify(action: SafeAction, timeout_s: float) -> None:
         delay = min(delay * 2, 2.0)
 
 
-def recorded_actions() -> list[ActionRecord]:
-    return list(_state().records)
-
-
 async def publish_actions_artifact(key: str | None = None) -> None:
     """The run's actions as a table artifact (what was done, or would be, and how it went)."""
     records = _runs.pop(_run_key(), _RunActions()).records

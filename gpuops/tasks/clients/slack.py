@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
     RateLimitErrorRetryHandler,
@@ -49,11 +48,3 @@ def update_message(conn: SlackConnection, message: PostedMessage, text: str,
                    blocks: list[dict]) -> None:
     web_client(conn).chat_update(channel=message.channel, ts=message.ts, text=text,
                                  blocks=blocks)
-
-
-def usergroup_members(conn: SlackConnection, group_id: str) -> set[str]:
-    try:
-        resp = web_client(conn).usergroups_users_list(usergroup=group_id)
-    except SlackApiError:
-        return set()  # an unreadable group grants nobody
-    return set(resp.get("users") or [])

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
 
-from prefect.client.orchestration import get_client
 from prefect.events import Event
 
 from gpuops.tasks.clients.prefect_events import LiveEvents, read_stored_events
@@ -23,18 +21,6 @@ async def read_restart_events(cluster: str, since: datetime, until: datetime, *,
     """This cluster's stored restart events that occurred between `since` and `until`."""
     return await read_stored_events(RESTART_DIAGNOSTICS_EVENTS, cluster, since, until,
                                     max_events=max_events)
-
-
-async def read_event(event_id: str) -> Any:
-    """One event by id (for a run started by a trigger), or None when it has expired."""
-    from uuid import UUID
-
-    async with get_client() as client:
-        response = await client._client.get(f"/events/{UUID(event_id)}")
-        if response.status_code == 404:
-            return None
-        response.raise_for_status()
-        return Event.model_validate(response.json())
 
 
 class LiveRestartEvents(LiveEvents):
