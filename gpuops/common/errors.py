@@ -1,7 +1,8 @@
 """gpuops' error classes, one module for all: callers catch a few meaningful kinds.
 
 Two kinds steer retries (as in kopf): a `PermanentError` is never retried; a
-`TemporaryError` carries the delay after which trying again may succeed.
+`TemporaryError` carries the delay after which trying again may succeed, which is the delay
+`gpuops.common.retry.with_retries` waits (None: no hint, the retrier backs off).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ class PermanentError(GpuopsError):
 
 
 class TemporaryError(GpuopsError):
-    """Retrying after `delay` seconds may help (throttling, conflicts, server errors)."""
+    """Retrying after `delay` seconds may help (throttling, conflicts, server errors).
+    `delay` None: the server gave no hint, so the retrier backs off (doubling)."""
 
-    def __init__(self, message: str, delay: float = 1.0) -> None:
+    delay: float | None
+
+    def __init__(self, message: str, delay: float | None = None) -> None:
         super().__init__(message)
         self.delay = delay
 
@@ -88,9 +92,11 @@ class KubeInvalid(KubeError, PermanentError):
 
 
 class KubeConflict(KubeError, TemporaryError):
+    """409: someone changed the object meanwhile; re-read it and try again at once."""
+
     def __init__(self, message: str, **kw: Any) -> None:
         KubeError.__init__(self, message, **kw)
-        self.delay = 0.1
+        self.delay = 0.05
 
 
 class KubeTooManyRequests(KubeError, TemporaryError):
@@ -102,17 +108,20 @@ class KubeTooManyRequests(KubeError, TemporaryError):
 
 
 class KubeServerError(KubeError, TemporaryError):
+    """5xx: no hint how long the trouble lasts, so retries back off."""
+
     def __init__(self, message: str, **kw: Any) -> None:
         KubeError.__init__(self, message, **kw)
-        self.delay = 1.0
+        self.delay = None
 
 
 class KubeUnavailable(KubeError, TemporaryError):
-    """The API server could not be reached (connection refused, reset, timeout)."""
+    """The API server could not be reached (connection refused, reset, timeout): retries
+    back off."""
 
     def __init__(self, message: str, **kw: Any) -> None:
         KubeError.__init__(self, message, **kw)
-        self.delay = 1.0
+        self.delay = None
 
 
 # --- actions and approvals -----------------------------------------------------------------------
@@ -166,11 +175,11 @@ class AwsThrottled(AwsError, TemporaryError):
 
 
 class AwsUnavailable(AwsError, TemporaryError):
-    """AWS answered 5xx, or could not be reached at all."""
+    """AWS answered 5xx, or could not be reached at all: retries back off."""
 
     def __init__(self, message: str, **kw: Any) -> None:
         AwsError.__init__(self, message, **kw)
-        self.delay = 2.0
+        self.delay = None
 
 
 class PrometheusError(GpuopsError):
@@ -182,7 +191,7 @@ class PrometheusQueryError(PrometheusError, PermanentError):
 
 
 class PrometheusUnavailable(PrometheusError, TemporaryError):
-    """Prometheus could not be reached, timed out or answered 5xx."""
+    """Prometheus could not be reached, timed out or answered 5xx: retries back off."""
 
     def __init__(self, message: str) -> None:
-        TemporaryError.__init__(self, message, delay=2.0)
+        TemporaryError.__init__(self, message)

@@ -33,7 +33,7 @@ from prefect.events import emit_event
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
 from gpuops.common.errors import PostconditionFailed
-from gpuops.tasks.clients.kube import with_retries
+from gpuops.common.retry import with_retries
 
 
 class SafeAction(ABC):

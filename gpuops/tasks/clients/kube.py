@@ -1,8 +1,9 @@
 """The Kubernetes verbs gpuops needs, over the official client, with errors mapped.
 
 Every call goes through `call`, which turns `ApiException` and connection failures into
-the few classes of `gpuops.common.errors` (keeping the parsed `Status`), and `with_retries`,
-which re-tries temporary ones: 429 after Retry-After, 5xx with back-off, 409 by re-reading.
+the few classes of `gpuops.common.errors` (keeping the parsed `Status`); each temporary one
+carries its retry delay for `gpuops.common.retry.with_retries` (429: Retry-After, 409: a quick
+re-read, 5xx and unreachable: back-off).
 Objects are returned as plain dicts (the API's JSON), so domain logic never depends on the
 client's generated models.
 """
@@ -10,7 +11,6 @@ client's generated models.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -28,7 +28,6 @@ from gpuops.common.errors import (
     KubeServerError,
     KubeTooManyRequests,
     KubeUnavailable,
-    TemporaryError,
 )
 
 T = TypeVar("T")
@@ -71,29 +70,6 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise map_api_exception(e) from e
     except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as e:
         raise KubeUnavailable(f"the Kubernetes API could not be reached: {e}") from e
-
-
-def with_retries(fn: Callable[[], T], *, attempts: int = 6, max_delay: float = 30.0,
-                 sleep: Callable[[float], None] = time.sleep) -> T:
-    """Retry temporary errors: Retry-After for 429, doubling back-off for 5xx/unavailable.
-
-    A 409 Conflict is retried too: `fn` must re-read the object on each attempt.
-    """
-    backoff = 0.5
-    for attempt in range(1, attempts + 1):
-        try:
-            return fn()
-        except TemporaryError as e:
-            if attempt == attempts:
-                raise
-            if isinstance(e, KubeTooManyRequests):
-                delay = e.delay
-            elif isinstance(e, KubeConflict):
-                delay = 0.05
-            else:
-                delay, backoff = backoff, min(backoff * 2, max_delay)
-            sleep(min(delay, max_delay))
-    raise AssertionError("unreachable")
 
 
 def _plain(api: client.ApiClient, obj: Any) -> Obj:
