@@ -1,8 +1,11 @@
 """Names and resources of gpuops' Prefect events, built in one place.
 
 Events are `gpuops.<object>.<what-happened>`; the resource id is
-`k8s.<cluster>.<kind>.<namespace>.<name>` (namespace `_` for cluster-scoped objects) so one
-Prefect server can serve many clusters.
+`k8s.<cluster>.<kind>.<namespace>.<name>` (namespace `_` for cluster-scoped objects, and for
+what gpuops groups itself, such as a node pool) so one Prefect server can serve many
+clusters. An event about a flow run itself (an approval) names Prefect's own resource,
+`prefect.flow-run.<id>`, so it shows on the run's page. Every emitter builds names and
+resources here; nothing else spells a resource id.
 """
 
 from __future__ import annotations
@@ -36,3 +39,19 @@ def k8s_resource(cluster: str, kind: str, namespace: str | None, name: str,
 
 def related(role: str, resource_id_: str, **labels: str) -> dict[str, str]:
     return {"prefect.resource.id": resource_id_, "prefect.resource.role": role, **labels}
+
+
+def flow_run_resource(flow_run_id: object, **labels: str) -> dict[str, str]:
+    """The resource of an event about a flow run itself (Prefect's own id for it)."""
+    return {"prefect.resource.id": f"prefect.flow-run.{flow_run_id}", **labels}
+
+
+def flow_run_related(flow_run_id: object) -> dict[str, str]:
+    """The run an event happened in, as a related resource."""
+    return related("flow-run", f"prefect.flow-run.{flow_run_id}")
+
+
+def workload_related(cluster: str, kind: str, namespace: str, name: str) -> dict[str, str]:
+    """The workload (Deployment, Job, ...) a pod's event belongs to, as a related resource."""
+    return related("workload", resource_id(cluster, kind, namespace, name),
+                   **{"prefect.resource.name": f"{namespace}/{name}"})

@@ -28,8 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpuops.common.events import workload_related
 from gpuops.common.settings import WatcherSettings, get_settings
-from gpuops.sensors.emitter import PAYLOAD_LIMIT_BYTES, EventSender, build_event, workload_related
+from gpuops.sensors.emitter import PAYLOAD_LIMIT_BYTES, EventSender, build_event
 from gpuops.sensors.evidence_capture import EvidenceCapture
 from gpuops.sensors.gpu_sensor import GpuSensor, watcher_settings
 from gpuops.sensors.job_failures import JobFailureWatch

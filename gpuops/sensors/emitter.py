@@ -19,7 +19,7 @@ from typing import Any
 from prefect.client.orchestration import get_client
 from prefect.events import Event
 
-from gpuops.common.events import event_name, k8s_resource, related
+from gpuops.common.events import event_name, k8s_resource
 
 log = logging.getLogger("gpuops.sensors.emitter")
 
@@ -39,11 +39,6 @@ def build_event(*, obj: str, what: str, cluster: str, kind: str, namespace: str 
                  occurred=datetime.now(UTC), event=event_name(obj, what),
                  resource=k8s_resource(cluster, kind, namespace, name, **(labels or {})),
                  related=related_resources or [], payload=payload)
-
-
-def workload_related(cluster: str, kind: str, namespace: str, name: str) -> dict[str, str]:
-    return related("workload", f"k8s.{cluster}.{kind.lower()}.{namespace}.{name}",
-                   **{"prefect.resource.name": f"{namespace}/{name}"})
 
 
 class EventSender:

@@ -23,7 +23,8 @@ from typing import Any
 from kubernetes import client
 
 from gpuops.common.errors import KubeError, KubeForbidden, KubeInvalid, KubeNotFound
-from gpuops.sensors.emitter import EventSender, build_event, workload_related
+from gpuops.common.events import workload_related
+from gpuops.sensors.emitter import EventSender, build_event
 from gpuops.sensors.restart_detector import ReportedStore
 from gpuops.sensors.watch_loop import WatchLoop
 from gpuops.tasks.clients.kube import Kube

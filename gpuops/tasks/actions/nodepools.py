@@ -16,6 +16,7 @@ from typing import Any
 
 from gpuops.common.annotations import PLACEHOLDER_LABEL
 from gpuops.common.errors import KubeNotFound, LimitViolation
+from gpuops.common.events import k8s_resource
 from gpuops.common.podfacts import GPU
 from gpuops.tasks.actions.perform import SafeAction
 from gpuops.tasks.clients.aws import Aws, GpuBudget
@@ -35,11 +36,15 @@ class SetNodeGroupMinSize(SafeAction):
     pool: str
     min_size: int
     budget: GpuBudget | None = None
+    cluster_name: str = ""  # the gpuops cluster, for the event resource
     kind = "nodegroup-min-size"
 
     @property
     def target(self) -> str:
         return f"nodepool/{self.pool}"
+
+    def resource(self) -> dict[str, str]:
+        return k8s_resource(self.cluster_name, "NodePool", None, self.pool)
 
     def describe(self) -> str:
         return (f"set EKS node group {self.nodegroup} minSize to {self.min_size} "
@@ -74,11 +79,15 @@ class SetAsgDesiredCapacity(SafeAction):
     pool: str
     desired: int
     budget: GpuBudget | None = None
+    cluster_name: str = ""  # the gpuops cluster, for the event resource
     kind = "asg-desired-capacity"
 
     @property
     def target(self) -> str:
         return f"nodepool/{self.pool}"
+
+    def resource(self) -> dict[str, str]:
+        return k8s_resource(self.cluster_name, "NodePool", None, self.pool)
 
     def describe(self) -> str:
         return f"set Auto Scaling group {self.group} desired capacity to {self.desired} " \
@@ -102,11 +111,15 @@ class SetAsgWarmPool(SafeAction):
     group: str
     pool: str
     min_size: int
+    cluster_name: str = ""  # the gpuops cluster, for the event resource
     kind = "asg-warm-pool"
 
     @property
     def target(self) -> str:
         return f"nodepool/{self.pool}"
+
+    def resource(self) -> dict[str, str]:
+        return k8s_resource(self.cluster_name, "NodePool", None, self.pool)
 
     def describe(self) -> str:
         return f"keep {self.min_size} warm (stopped) instance(s) in {self.group}'s warm pool"
@@ -155,6 +168,9 @@ class PlaceholderCapacity(SafeAction):
     @property
     def target(self) -> str:
         return f"nodepool/{self.pool}"
+
+    def resource(self) -> dict[str, str]:
+        return k8s_resource(self.kube.cluster_name, "NodePool", None, self.pool)
 
     def describe(self) -> str:
         return (f"hold {self.replicas} placeholder pod(s) x {self.gpus_per_pod} GPU(s) on pool "

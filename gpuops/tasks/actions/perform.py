@@ -33,6 +33,7 @@ from prefect.events import emit_event
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
 from gpuops.common.errors import PostconditionFailed
+from gpuops.common.events import event_name, flow_run_related
 from gpuops.common.retry import with_retries
 
 
@@ -58,9 +59,9 @@ class SafeAction(ABC):
     def apply(self) -> None:
         """Make the change (one attempt; temporary errors are retried by `perform`)."""
 
+    @abstractmethod
     def resource(self) -> dict[str, str]:
-        """The Prefect event resource the action is about."""
-        return {"prefect.resource.id": f"gpuops.target.{self.target.replace('/', '.')}"}
+        """The Prefect event resource the action is about (`common.events.k8s_resource`)."""
 
     def details(self) -> dict[str, Any]:
         return {}
@@ -149,9 +150,8 @@ def _emit(action: SafeAction, outcome: str, dry_run: bool, detail: str = "") -> 
     context = FlowRunContext.get()
     related = []
     if context is not None and context.flow_run is not None:
-        related.append({"prefect.resource.id": f"prefect.flow-run.{context.flow_run.id}",
-                        "prefect.resource.role": "flow-run"})
-    emit_event(f"gpuops.action.{action.kind}", resource=action.resource(), related=related,
+        related.append(flow_run_related(context.flow_run.id))
+    emit_event(event_name("action", action.kind), resource=action.resource(), related=related,
                payload={"outcome": outcome, "dry_run": dry_run, "target": action.target,
                         "description": action.describe(), "detail": detail,
                         **action.details()})

@@ -47,6 +47,7 @@ from slack_sdk.errors import SlackApiError
 
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.common.events import event_name, flow_run_resource
 from gpuops.common.redact import redact_text
 from gpuops.tasks.approvals.block_kit import (
     APPROVAL_KEY,
@@ -188,13 +189,12 @@ async def request_approval(request: ApprovalRequest, *, policy: ApprovalPolicy,
                               "can be suspended: pausing instead (this process waits)",
                               key, policy.timeout_s)
         suspend = False
-    resource = {"prefect.resource.id": f"prefect.flow-run.{flow_run_id}",
-                "gpuops.approval-key": key}
+    resource = flow_run_resource(flow_run_id, **{"gpuops.approval-key": key})
     if asked is None:
         asked = _ask(request, digest, policy=policy, slack_conn=slack_conn,
                      flow_run_id=str(flow_run_id), key=key)
         await keep_asked_approval(flow_run_id, key, asked)  # before anyone can be waited for
-        emit_event("gpuops.approval.requested", resource=resource,
+        emit_event(event_name("approval", "requested"), resource=resource,
                    payload={"title": request.title, "targets": list(request.targets),
                             "channel": asked.channel, "ts": asked.ts})
     form = Approval.with_initial_data(description=_ui_description(request), approved=False)
@@ -203,7 +203,7 @@ async def request_approval(request: ApprovalRequest, *, policy: ApprovalPolicy,
     else:
         decision = await _wait_paused(form, str(flow_run_id), key, policy)
     approval, outcome = _shown_in_slack(slack_conn, asked, decision)
-    emit_event(f"gpuops.approval.{outcome}", resource=resource,
+    emit_event(event_name("approval", outcome), resource=resource,
                payload={"approver": approval.approver, "comment": approval.comment,
                         "title": request.title})
     return approval

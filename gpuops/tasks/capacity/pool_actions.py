@@ -51,13 +51,15 @@ def prewarm_actions(config: CapacityConfig, plan: CapacityPlan, targets: Sequenc
             assert aws is not None
             if pool.backing == "eks":
                 action = SetNodeGroupMinSize(aws, eks_cluster, pool.group_name, pool.name,
-                                             target.target, budget)
+                                             target.target, budget,
+                                             cluster_name=kube.cluster_name)
             else:
                 action = SetAsgDesiredCapacity(aws, pool.group_name, pool.name,
-                                               target.target, budget)
+                                               target.target, budget,
+                                               cluster_name=kube.cluster_name)
         actions.append((target.change, action))
         if pool.warm_pool and aws is not None:
             warm = max(0, max(plan.nodes[pool.name]) - target.target)
             actions.append((target.change, SetAsgWarmPool(aws, pool.group_name, pool.name,
-                                                          warm)))
+                                                          warm, kube.cluster_name)))
     return [a for _, a in sorted(actions, key=lambda pair: pair[0] > 0)]

@@ -9,10 +9,11 @@ from datetime import datetime
 
 from prefect.events import Event
 
+from gpuops.common.events import event_name
 from gpuops.tasks.clients.prefect_events import LiveEvents, read_stored_events
 
-RESTARTED = "gpuops.pod.restarted"
-JOB_FAILED = "gpuops.job.failed"  # a Job gave up: reported in its pods' threads
+RESTARTED = event_name("pod", "restarted")
+JOB_FAILED = event_name("job", "failed")  # a Job gave up: reported in its pods' threads
 RESTART_DIAGNOSTICS_EVENTS = (RESTARTED, JOB_FAILED)  # what the restart flow handles
 
 

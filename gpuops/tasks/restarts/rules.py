@@ -271,7 +271,8 @@ def _in_conditions(loc: tuple[Any, ...]) -> bool:
 @lru_cache(maxsize=1)
 def default_rules() -> RuleSet:
     """The shipped rules (`gpuops/tasks/restarts/restart_rules.yaml`), parsed once."""
-    text = resources.files("gpuops.tasks.restarts").joinpath(SHIPPED_RULES).read_text(encoding="utf-8")
+    shipped = resources.files("gpuops.tasks.restarts").joinpath(SHIPPED_RULES)
+    text = shipped.read_text(encoding="utf-8")
     return merge_rules(RuleSet(()), parse_rules(text, source=SHIPPED_RULES),
                        source=SHIPPED_RULES)
 
