@@ -182,6 +182,47 @@ class AwsUnavailable(AwsError, TemporaryError):
         self.delay = None
 
 
+# --- Slack: one class per kind of answer, like the Kubernetes and AWS ones ---------------------
+
+class SlackError(GpuopsError):
+    """A Slack Web API call failed; `code` is Slack's error (e.g. `channel_not_found`)."""
+
+    def __init__(self, message: str, *, code: str = "", method: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.method = method
+
+
+class SlackNotFound(SlackError, PermanentError):
+    """The message, thread or channel is gone (deleted, or never there)."""
+
+
+class SlackArchived(SlackError, PermanentError):
+    """The channel is archived: nothing can be posted into it."""
+
+
+class SlackRefused(SlackError, PermanentError):
+    """Any other definite answer (bad token, missing scope, invalid blocks): fix the call or
+    the Slack app."""
+
+
+class SlackThrottled(SlackError, TemporaryError):
+    """Still rate limited after slack-sdk's own retries: wait Retry-After."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0, **kw: Any) -> None:
+        SlackError.__init__(self, message, **kw)
+        self.delay = retry_after
+
+
+class SlackUnavailable(SlackError, TemporaryError):
+    """Slack's own trouble (internal_error, service_unavailable, a timeout): retries back
+    off."""
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        SlackError.__init__(self, message, **kw)
+        self.delay = None
+
+
 class PrometheusError(GpuopsError):
     pass
 

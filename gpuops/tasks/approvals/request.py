@@ -43,10 +43,10 @@ from prefect.input import RunInput
 from prefect.input.run_input import keyset_from_base_key
 from prefect.runtime import flow_run as runtime_flow_run
 from pydantic import Field
-from slack_sdk.errors import SlackApiError
 
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.common.errors import SlackNotFound
 from gpuops.common.events import event_name, flow_run_resource
 from gpuops.common.redact import redact_text
 from gpuops.tasks.approvals.block_kit import (
@@ -71,7 +71,6 @@ from gpuops.tasks.clients import slack
 
 TIMEOUT_APPROVER = "timeout"
 GPUOPS_APPROVER = "gpuops"  # gpuops itself did not apply a "yes" (plan changed, message gone)
-MESSAGE_GONE_ERRORS = ("message_not_found", "channel_not_found")
 
 
 Decision = tuple["Approval", str, str]  # the answer, the event's outcome, the Slack verdict
@@ -137,13 +136,10 @@ def record_decision(conn: SlackConnection, message: slack.PostedMessage, blocks:
     """Show the decision in the request's message; False when that message is gone."""
     try:
         slack.update_message(conn, message, verdict, decision_blocks(blocks, verdict))
-    except SlackApiError as e:
-        error = e.response.get("error")
-        if error not in MESSAGE_GONE_ERRORS:
-            raise
+    except SlackNotFound as e:
         get_run_logger().warning(
             "the approval request's Slack message (channel %s, ts %s) no longer exists (%s): "
-            "the decision is recorded in this run only", message.channel, message.ts, error)
+            "the decision is recorded in this run only", message.channel, message.ts, e.code)
         return False
     return True
 

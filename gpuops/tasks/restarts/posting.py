@@ -43,6 +43,7 @@ from slack_sdk.errors import SlackApiError
 
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.restart_policy import RestartPolicy
+from gpuops.common.errors import SlackArchived, SlackError, SlackNotFound, TemporaryError
 from gpuops.common.latest import LatestSaver
 from gpuops.tasks.clients import slack
 from gpuops.tasks.clients.kube import Kube
@@ -73,9 +74,7 @@ from gpuops.tasks.restarts.report import (
 from gpuops.tasks.restarts.rules import RuleSet
 from gpuops.tasks.restarts.slack_limits import SlackLimits
 
-SLACK_TROUBLE = {"ratelimited", "internal_error", "fatal_error", "service_unavailable",
-                 "request_timeout"}  # Slack's errors that a later try may not get
-THREAD_GONE = {"message_not_found", "thread_not_found", "channel_not_found", "is_archived"}
+THREAD_GONE = (SlackNotFound, SlackArchived)  # the parent deleted, or its channel archived
 WORKLOADS_AT_ONCE = 8  # workloads of one batch handled concurrently
 REPORTS_AT_ONCE = 4  # restart report artifacts written concurrently, in the background
 JOB_FAILURE_GRACE = timedelta(seconds=15)
@@ -90,7 +89,9 @@ def _worth_retrying(task, task_run, state) -> bool:
     """Retry transport and server trouble, not Slack's definite answers. Prefect calls this
     synchronously, also for async tasks, where a plain `state.result()` is a coroutine."""
     error = state.result(raise_on_failure=False, _sync=True)
-    return not isinstance(error, SlackApiError) or error.response.get("error") in SLACK_TROUBLE
+    if isinstance(error, SlackApiError):  # the SDK's own, had it not come through the client
+        error = slack.slack_error(error)
+    return not isinstance(error, SlackError) or isinstance(error, TemporaryError)
 
 
 @task(retries=3, retry_delay_seconds=[1, 5, 15], retry_condition_fn=_worth_retrying,
@@ -344,12 +345,10 @@ class RestartReporter:
             try:
                 await post_to_slack(self.conn, thread.channel, reply.text, reply.blocks, name,
                                     thread_ts=thread.thread_ts)
-            except SlackApiError as e:
-                if e.response.get("error") not in THREAD_GONE:
-                    raise
+            except THREAD_GONE as e:
                 # The parent was deleted (or the channel archived): start a new thread.
                 self.log.warning("thread %s in %s is gone (%s); posting a new parent",
-                                 thread.thread_ts, thread.channel, e.response.get("error"))
+                                 thread.thread_ts, thread.channel, e.code)
                 message = None
             else:
                 parent = self.parents.setdefault(
@@ -444,9 +443,7 @@ class RestartReporter:
                 try:
                     await post_to_slack(self.conn, row.channel, reply.text, reply.blocks, name,
                                         thread_ts=row.thread_ts)
-                except SlackApiError as e:
-                    if e.response.get("error") not in THREAD_GONE:
-                        raise
+                except THREAD_GONE:
                     continue
                 job_row = _job_row(failure, row.cause, "job-failed")
                 job_row.channel, job_row.thread_ts = row.channel, row.thread_ts
@@ -481,11 +478,8 @@ class RestartReporter:
         try:
             await update_in_slack(self.conn, parent.message, blocks.text, blocks.blocks,
                                   f"{ev.workload.name}-{dx.cause}")
-        except SlackApiError as e:
-            if e.response.get("error") not in THREAD_GONE:
-                raise
-            self.log.warning("parent %s is gone (%s); not edited", parent.message.ts,
-                             e.response.get("error"))
+        except THREAD_GONE as e:
+            self.log.warning("parent %s is gone (%s); not edited", parent.message.ts, e.code)
         parent.edited_replies, parent.edited_at = replies, time.monotonic()
 
     async def check_recoveries(self, timelines: list[Timeline]) -> None:
