@@ -372,3 +372,32 @@ def test_a_retried_drain_acts_once(env):
     assert env.v1.read_node("gpu-1").metadata.resource_version == node_rv
     for p in env.v1.list_namespaced_pod("default").items:
         assert rvs.get(p.metadata.name) == p.metadata.resource_version
+
+
+def actions_artifact(run_id: str) -> list[dict]:
+    """The rows of the run's actions artifact (a table artifact), or [] without one."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async def read() -> list:
+        async with get_client() as c:
+            return await c.read_artifacts(artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[uuid.UUID(run_id)])))
+    tables = [a for a in asyncio.run(read()) if a.type == "table"
+              and "safe-action layer" in (a.description or "")]
+    if not tables:
+        return []
+    data = tables[0].data
+    return json.loads(data) if isinstance(data, str) else data
+
+
+def test_an_action_that_fails_is_in_the_runs_actions_artifact(env):
+    run = FlowThread(node="gpu-1", **env.blocks)
+    message = approval_message(env)
+    wait_paused(run_id_of(message))
+    env.v1.delete_node("gpu-1")  # gone before the approved cordon reaches it
+    assert env.receiver.click(message, "gpuops_approve", ALICE)[0] == 200
+    assert run.result().is_failed()
+    rows = actions_artifact(run_id_of(message))
+    assert [(r["kind"], r["target"], r["outcome"]) for r in rows] == [
+        ("cordon", "node/gpu-1", "failed")]
+    assert rows[0]["detail"].startswith("KubeNotFound")

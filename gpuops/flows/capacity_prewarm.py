@@ -38,7 +38,7 @@ from gpuops.blocks.connections import (
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.errors import TemporaryError
 from gpuops.common.settings import PrometheusSettings, get_settings
-from gpuops.tasks.actions.perform import SafeAction, hold_targets, perform, publish_actions_artifact
+from gpuops.tasks.actions.perform import SafeAction, hold_targets, perform, recording_actions
 from gpuops.tasks.approvals.block_kit import ApprovalRequest
 from gpuops.tasks.approvals.request import not_approved_message, request_approval
 from gpuops.tasks.capacity import report
@@ -169,38 +169,36 @@ async def capacity_prewarm(mode: CapacityMode = "dry-run", config_block: str = "
     await _publish_report(plan, config, targets, costs, forecasts, [r for _, r in results], now,
                           dry_run)
 
-    candidates = prewarm_actions(config, plan, targets, states, aws=aws, kube=kube,
-                                 eks_cluster=eks_cluster)
-    needed = [a for a in candidates if not await asyncio.to_thread(a.holds)]
-    summary = {"mode": mode, "targets": {t.pool: t.target for t in targets},
-               "cost_change_per_hour": round(costs.change_per_hour, 2),
-               "changes": [a.describe() for a in needed], "plan_status": plan.status}
-    if not needed:
-        await publish_actions_artifact()
-        return Completed(message=f"{_mode_title(dry_run)}: no change, every pool holds its "
-                         "target", data=summary)
-    if not dry_run and costs.change_per_hour > config.approval_cost_per_hour:
-        approval = await request_approval(ApprovalRequest(
-            title=f"Capacity pre-warm: {costs.change_per_hour:+,.2f} $/h",
-            summary="\n".join(f"• {a.describe()}" for a in needed),
-            reason=f"Forecast demand for the next {plan.hours} h needs it (plan "
-                   f"${costs.plan:,.2f} vs static peak ${costs.static_peak:,.2f}).",
-            plan="\n".join(f"{t.pool}: {t.current} -> {t.target} (peak {t.planned} in the "
-                           f"next {t.window_hours} h)" for t in targets),
-            cost_impact=f"{costs.change_per_hour:+,.2f} $/h",
-            targets=tuple(sorted({a.target for a in needed}))),
-            policy=await load_block(ApprovalPolicy, policy_block),
-            slack_conn=await load_block(SlackConnection, slack_block))
-        if not approval.approved:
-            await publish_actions_artifact()
-            return Completed(name="NotApproved", data={**summary, "applied": False},
-                             message=not_approved_message(approval))
-    await _apply(needed, dry_run)
-    await publish_actions_artifact()
-    verb = "dry run: would change" if dry_run else "changed"
-    return Completed(message=f"{verb} {len(needed)} pool setting(s): "
-                     + "; ".join(a.describe() for a in needed),
-                     data={**summary, "applied": not dry_run})
+    async with recording_actions():
+        candidates = prewarm_actions(config, plan, targets, states, aws=aws, kube=kube,
+                                     eks_cluster=eks_cluster)
+        needed = [a for a in candidates if not await asyncio.to_thread(a.holds)]
+        summary = {"mode": mode, "targets": {t.pool: t.target for t in targets},
+                   "cost_change_per_hour": round(costs.change_per_hour, 2),
+                   "changes": [a.describe() for a in needed], "plan_status": plan.status}
+        if not needed:
+            return Completed(message=f"{_mode_title(dry_run)}: no change, every pool holds its "
+                             "target", data=summary)
+        if not dry_run and costs.change_per_hour > config.approval_cost_per_hour:
+            approval = await request_approval(ApprovalRequest(
+                title=f"Capacity pre-warm: {costs.change_per_hour:+,.2f} $/h",
+                summary="\n".join(f"• {a.describe()}" for a in needed),
+                reason=f"Forecast demand for the next {plan.hours} h needs it (plan "
+                       f"${costs.plan:,.2f} vs static peak ${costs.static_peak:,.2f}).",
+                plan="\n".join(f"{t.pool}: {t.current} -> {t.target} (peak {t.planned} in the "
+                               f"next {t.window_hours} h)" for t in targets),
+                cost_impact=f"{costs.change_per_hour:+,.2f} $/h",
+                targets=tuple(sorted({a.target for a in needed}))),
+                policy=await load_block(ApprovalPolicy, policy_block),
+                slack_conn=await load_block(SlackConnection, slack_block))
+            if not approval.approved:
+                return Completed(name="NotApproved", data={**summary, "applied": False},
+                                 message=not_approved_message(approval))
+        await _apply(needed, dry_run)
+        verb = "dry run: would change" if dry_run else "changed"
+        return Completed(message=f"{verb} {len(needed)} pool setting(s): "
+                         + "; ".join(a.describe() for a in needed),
+                         data={**summary, "applied": not dry_run})
 
 
 async def _apply(actions: list[SafeAction], dry_run: bool) -> None:

@@ -18,7 +18,7 @@ from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.errors import KubeTooManyRequests
 from gpuops.tasks.actions.drain import plan_drain
 from gpuops.tasks.actions.kube import CordonNode, EvictPod
-from gpuops.tasks.actions.perform import hold_targets, perform, publish_actions_artifact
+from gpuops.tasks.actions.perform import hold_targets, perform, recording_actions
 from gpuops.tasks.approvals.block_kit import ApprovalRequest
 from gpuops.tasks.approvals.request import not_approved_message, request_approval
 
@@ -34,26 +34,25 @@ async def drain_node(node: str, reason: str = "maintenance", evict: bool = True,
     await acreate_markdown_artifact(markdown=f"# Drain {node}\n\nReason: {reason}\n\n"
                                     f"```\n{plan.describe()}\n```", key=None,
                                     description="The drain plan")
-    if not dry_run:
-        slack_conn = await load_block(SlackConnection, slack_block)
-        policy = await load_block(ApprovalPolicy, policy_block)
-        approval = await request_approval(ApprovalRequest(
-            title=f"Drain node {node}", summary=f"Cordon `{node}` and evict "
-            f"{len(plan.evict)} pod(s).", reason=reason, plan=plan.describe(),
-            targets=(f"node/{node}",)), policy=policy, slack_conn=slack_conn)
-        if not approval.approved:
-            await publish_actions_artifact()
-            return Completed(name="NotApproved", message=not_approved_message(approval))
-    async with hold_targets([f"node/{node}"]) if not dry_run else nullcontext():
-        await perform(CordonNode(kube, node), dry_run=dry_run)
-        blocked = []
-        for namespace, name, uid in plan.evict:
-            try:
-                await perform(EvictPod(kube, namespace, name, uid, node), dry_run=dry_run,
-                              attempts=eviction_attempts)
-            except KubeTooManyRequests as e:
-                blocked.append(f"{namespace}/{name}: {e}")
-    await publish_actions_artifact()
+    async with recording_actions():
+        if not dry_run:
+            slack_conn = await load_block(SlackConnection, slack_block)
+            policy = await load_block(ApprovalPolicy, policy_block)
+            approval = await request_approval(ApprovalRequest(
+                title=f"Drain node {node}", summary=f"Cordon `{node}` and evict "
+                f"{len(plan.evict)} pod(s).", reason=reason, plan=plan.describe(),
+                targets=(f"node/{node}",)), policy=policy, slack_conn=slack_conn)
+            if not approval.approved:
+                return Completed(name="NotApproved", message=not_approved_message(approval))
+        async with hold_targets([f"node/{node}"]) if not dry_run else nullcontext():
+            await perform(CordonNode(kube, node), dry_run=dry_run)
+            blocked = []
+            for namespace, name, uid in plan.evict:
+                try:
+                    await perform(EvictPod(kube, namespace, name, uid, node), dry_run=dry_run,
+                                  attempts=eviction_attempts)
+                except KubeTooManyRequests as e:
+                    blocked.append(f"{namespace}/{name}: {e}")
     if blocked:
         return Completed(name="PartiallyDrained", message="cordoned; evictions blocked by "
                          "disruption budgets: " + "; ".join(blocked))

@@ -52,7 +52,7 @@ from gpuops.common.annotations import (
 from gpuops.common.errors import ConfigError, KubeNotFound, KubeTooManyRequests
 from gpuops.common.events import event_name, k8s_resource
 from gpuops.tasks.actions.kube import EvictPod
-from gpuops.tasks.actions.perform import hold_targets, perform, publish_actions_artifact
+from gpuops.tasks.actions.perform import hold_targets, perform, recording_actions
 from gpuops.tasks.actions.scheduling import (
     AddToleration,
     ClearNomination,
@@ -151,77 +151,75 @@ async def gpu_rebalance(dry_run: bool = False, max_moves: int | None = None,
     if event_id:
         log.info("triggered by event %s", event_id)
 
-    cleaned = await remove_leftovers(kube, run_id, dry_run=dry_run)
-    view = scan_cluster(kube, _conversion(policy))
-    repack = await asyncio.to_thread(plan, view, options)
-    await publish_plan(repack, view, policy, dry_run=dry_run, cleaned=cleaned)
+    async with recording_actions():  # the actions artifact, however the run ends
+        cleaned = await remove_leftovers(kube, run_id, dry_run=dry_run)
+        view = scan_cluster(kube, _conversion(policy))
+        repack = await asyncio.to_thread(plan, view, options)
+        await publish_plan(repack, view, policy, dry_run=dry_run, cleaned=cleaned)
 
-    summary: dict[str, Any] = {"status": repack.status, "moves": len(repack.moves),
-                               "landings": len(repack.landings), "dry_run": dry_run,
-                               "cleaned_runs": cleaned}
-    if repack.status == CAPACITY:
-        emit_event(CAPACITY_NEEDED, resource=_cluster_resource(kube), payload={
-            "pods": list(repack.unplaced), "reason": repack.reason or ""})
-    if not repack.moves:
-        await publish_actions_artifact()
-        name = {NOTHING_PENDING: "NothingPending", NO_MOVES_NEEDED: "NoMovesNeeded",
-                CAPACITY: "CapacityNeeded", CANNOT_HELP: "CannotHelp"}.get(repack.status,
-                                                                          "NoPlan")
-        return Completed(name=name, data=summary, message=f"no repack: {repack.reason or repack.status}")
+        summary: dict[str, Any] = {"status": repack.status, "moves": len(repack.moves),
+                                   "landings": len(repack.landings), "dry_run": dry_run,
+                                   "cleaned_runs": cleaned}
+        if repack.status == CAPACITY:
+            emit_event(CAPACITY_NEEDED, resource=_cluster_resource(kube), payload={
+                "pods": list(repack.unplaced), "reason": repack.reason or ""})
+        if not repack.moves:
+            name = {NOTHING_PENDING: "NothingPending", NO_MOVES_NEEDED: "NoMovesNeeded",
+                    CAPACITY: "CapacityNeeded", CANNOT_HELP: "CannotHelp"}.get(repack.status,
+                                                                              "NoPlan")
+            return Completed(name=name, data=summary, message=f"no repack: {repack.reason or repack.status}")
 
-    if not dry_run and len(repack.moves) > policy.approve_up_to_moves:
-        approval = await request_approval(ApprovalRequest(
-            title=f"GPU rebalance: {len(repack.moves)} move(s) to schedule "
-                  f"{len(repack.landings)} pending pod(s)",
-            summary=report.approval_summary(repack, view, policy.expected_wait_hours),
-            reason=f"{len(view.cluster.pending)} GPU pod(s) Pending while "
-                   f"{repack.stranded_gpus_before:g} GPU(s) sit stranded on nodes where they "
-                   "do not fit.",
-            plan=report.plan_text(repack),
-            cost_impact=f"≈{report.landed_gpus(repack, view) * policy.expected_wait_hours:g} "
-                        "GPU-hours saved",
-            targets=tuple(f"node/{n}" for n in execution_steps(repack, view).nodes)),
-            policy=await load_block(ApprovalPolicy, policy.approval_policy_block
-                                    or policy_block),
-            slack_conn=await load_block(SlackConnection, slack_block))
-        if not approval.approved:
-            await publish_actions_artifact()
-            return Completed(name="NotApproved", data=summary,
-                             message=not_approved_message(approval))
+        if not dry_run and len(repack.moves) > policy.approve_up_to_moves:
+            approval = await request_approval(ApprovalRequest(
+                title=f"GPU rebalance: {len(repack.moves)} move(s) to schedule "
+                      f"{len(repack.landings)} pending pod(s)",
+                summary=report.approval_summary(repack, view, policy.expected_wait_hours),
+                reason=f"{len(view.cluster.pending)} GPU pod(s) Pending while "
+                       f"{repack.stranded_gpus_before:g} GPU(s) sit stranded on nodes where they "
+                       "do not fit.",
+                plan=report.plan_text(repack),
+                cost_impact=f"≈{report.landed_gpus(repack, view) * policy.expected_wait_hours:g} "
+                            "GPU-hours saved",
+                targets=tuple(f"node/{n}" for n in execution_steps(repack, view).nodes)),
+                policy=await load_block(ApprovalPolicy, policy.approval_policy_block
+                                        or policy_block),
+                slack_conn=await load_block(SlackConnection, slack_block))
+            if not approval.approved:
+                return Completed(name="NotApproved", data=summary,
+                                 message=not_approved_message(approval))
 
-    now_view = view if dry_run else scan_cluster(kube, _conversion(policy))
-    problems = check_before_acting(repack, view, now_view)
-    if problems:
-        return await _stop_diverged(kube, problems, summary, before_acting=True)
-    steps = execution_steps(repack, now_view)
-    outcome = await execute(kube, steps, run_id, dry_run=dry_run,
-                            settle_timeout_s=policy.settle_timeout_s, before=now_view)
-    after = scan_cluster(kube, _conversion(policy))
-    await acreate_markdown_artifact(
-        key="gpu-rebalance-after", description="GPU allocation per node after the run",
-        markdown="## GPU allocation after the run\n\n" + report.render_maps(
-            {"now": report.gpu_map_now(after, [k for k, _ in outcome.landed])},
-            focus=steps.nodes))
-    await publish_actions_artifact()
-    summary.update({"landed": [list(x) for x in outcome.landed],
-                    "replaced": [list(x) for x in outcome.replaced]})
-    if dry_run:
-        return Completed(name="DryRun", data=summary, message=(
-            f"dry run: would move {len(repack.moves)} pod(s) and land "
-            f"{len(repack.landings)}; nothing was changed"))
-    if outcome.blocked:
-        return Completed(name="Blocked", data={**summary, "blocked": list(outcome.blocked)},
-                         message="stopped: " + "; ".join(outcome.blocked)
-                         + "; temporary changes removed")
-    if outcome.diverged:
-        return await _stop_diverged(kube, list(outcome.diverged), summary)
-    if outcome.waiting:
-        return Completed(name="NotSettled", data=summary, message=(
-            f"stopped after {policy.settle_timeout_s:g} s, still waiting for: "
-            + "; ".join(outcome.waiting) + "; temporary changes removed"))
-    return Completed(data=summary, message=(
-        f"moved {len(steps.evict)} pod(s); " + ", ".join(
-            f"{k} runs on {n}" for k, n in outcome.landed) + "; temporary changes removed"))
+        now_view = view if dry_run else scan_cluster(kube, _conversion(policy))
+        problems = check_before_acting(repack, view, now_view)
+        if problems:
+            return await _stop_diverged(kube, problems, summary, before_acting=True)
+        steps = execution_steps(repack, now_view)
+        outcome = await execute(kube, steps, run_id, dry_run=dry_run,
+                                settle_timeout_s=policy.settle_timeout_s, before=now_view)
+        after = scan_cluster(kube, _conversion(policy))
+        await acreate_markdown_artifact(
+            key="gpu-rebalance-after", description="GPU allocation per node after the run",
+            markdown="## GPU allocation after the run\n\n" + report.render_maps(
+                {"now": report.gpu_map_now(after, [k for k, _ in outcome.landed])},
+                focus=steps.nodes))
+        summary.update({"landed": [list(x) for x in outcome.landed],
+                        "replaced": [list(x) for x in outcome.replaced]})
+        if dry_run:
+            return Completed(name="DryRun", data=summary, message=(
+                f"dry run: would move {len(repack.moves)} pod(s) and land "
+                f"{len(repack.landings)}; nothing was changed"))
+        if outcome.blocked:
+            return Completed(name="Blocked", data={**summary, "blocked": list(outcome.blocked)},
+                             message="stopped: " + "; ".join(outcome.blocked)
+                             + "; temporary changes removed")
+        if outcome.diverged:
+            return await _stop_diverged(kube, list(outcome.diverged), summary)
+        if outcome.waiting:
+            return Completed(name="NotSettled", data=summary, message=(
+                f"stopped after {policy.settle_timeout_s:g} s, still waiting for: "
+                + "; ".join(outcome.waiting) + "; temporary changes removed"))
+        return Completed(data=summary, message=(
+            f"moved {len(steps.evict)} pod(s); " + ", ".join(
+                f"{k} runs on {n}" for k, n in outcome.landed) + "; temporary changes removed"))
 
 
 def _cluster_resource(kube: Kube) -> dict[str, str]:
@@ -233,7 +231,6 @@ async def _stop_diverged(kube: Kube, problems: list[str], summary: dict[str, Any
     get_run_logger().warning("the cluster diverged from the plan: %s", "; ".join(problems))
     emit_event(DIVERGED, resource=_cluster_resource(kube), payload={
         "problems": problems, "before_acting": before_acting})
-    await publish_actions_artifact()
     when = "before anything was changed" if before_acting else "temporary changes removed"
     return Completed(name="Diverged", data={**summary, "diverged": problems},
                      message=f"stopped, the cluster diverged from the plan ({when}): "

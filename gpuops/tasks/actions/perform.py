@@ -9,6 +9,11 @@
 - after acting, the postcondition is checked, not assumed;
 - every outcome is an event `gpuops.action.<kind>` (the audit trail) and a row in the run's
   actions artifact.
+
+The artifact's rows are kept per run, in the run's context (`recording_actions`, a context
+variable: several runs may share a served process, and nothing outlives the block), and
+the artifact is published when the block ends, however it ends: the record exists exactly
+when an action failed.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -30,7 +36,7 @@ from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 from prefect.concurrency.asyncio import concurrency
 from prefect.context import FlowRunContext
 from prefect.events import emit_event
-from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound, Pause
 
 from gpuops.common.errors import PostconditionFailed
 from gpuops.common.events import event_name, flow_run_related
@@ -77,23 +83,17 @@ class ActionRecord:
     detail: str = ""
 
 
-@dataclass
-class _RunActions:
-    records: list[ActionRecord] = field(default_factory=list)
-    held: set[str] = field(default_factory=set)
+# The actions of the run being recorded (`recording_actions`); None outside one.
+_recorded: ContextVar[list[ActionRecord] | None] = ContextVar("gpuops_run_actions",
+                                                              default=None)
+# The target slots this context already holds (`hold_targets`), so none is taken twice.
+_held: ContextVar[frozenset[str]] = ContextVar("gpuops_held_targets", default=frozenset())
 
 
-# Per flow run (several runs may share a process, e.g. when served).
-_runs: dict[str, _RunActions] = {}
-
-
-def _run_key() -> str:
-    context = FlowRunContext.get()
-    return str(context.flow_run.id) if context and context.flow_run else "no-flow-run"
-
-
-def _state() -> _RunActions:
-    return _runs.setdefault(_run_key(), _RunActions())
+def _record(record: ActionRecord) -> None:
+    records = _recorded.get()
+    if records is not None:
+        records.append(record)
 
 
 def limit_name(target: str) -> str:
@@ -123,11 +123,11 @@ async def hold_targets(targets: list[str], *, timeout_s: float | None = None,
                        lease_s: float = 300) -> AsyncIterator[None]:
     """Hold the targets' slots for a whole sequence of actions (one flow at a time per target).
 
-    Slots already held by this run are not taken twice, so `perform` inside works as is.
+    Slots already held here are not taken twice, so `perform` inside works as is.
     The slots are leased for `lease_s` and renewed while held: a killed holder's slots free
     themselves that long after it died (plus the server's repossessor loop)."""
-    state = _state()
-    wanted = sorted({limit_name(t) for t in targets} - state.held)
+    held = _held.get()
+    wanted = sorted({limit_name(t) for t in targets} - held)
     if not wanted:
         yield
         return
@@ -135,11 +135,11 @@ async def hold_targets(targets: list[str], *, timeout_s: float | None = None,
         await ensure_limit(name)
     async with concurrency(wanted, occupy=1, strict=True, timeout_seconds=timeout_s,
                            lease_duration=lease_s):
-        state.held.update(wanted)
+        token = _held.set(held | set(wanted))
         try:
             yield
         finally:
-            state.held.difference_update(wanted)
+            _held.reset(token)
 
 
 def _now() -> str:
@@ -161,12 +161,15 @@ async def perform(action: SafeAction, *, dry_run: bool, verify_timeout_s: float 
                   lock_timeout_s: float | None = None, attempts: int = 6) -> ActionRecord:
     """Carry out one action safely (see the module docstring). Raises on failure, after
     recording it."""
-    state = _state()
     if dry_run:
+        try:
+            holds = await asyncio.to_thread(action.holds)
+        except Exception as e:
+            _failed(action, e, dry_run=True)
+            raise
         record = ActionRecord(action.kind, action.target, action.describe(), "dry-run", _now(),
-                              "would apply" if not await asyncio.to_thread(action.holds)
-                              else "already holds; would do nothing")
-        state.records.append(record)
+                              "would apply" if not holds else "already holds; would do nothing")
+        _record(record)
         _emit(action, "dry-run", True, record.detail)
         return record
     async with hold_targets([action.target], timeout_s=lock_timeout_s):
@@ -178,16 +181,20 @@ async def perform(action: SafeAction, *, dry_run: bool, verify_timeout_s: float 
                 await _verify(action, verify_timeout_s)
                 outcome, detail = "applied", ""
         except Exception as e:
-            record = ActionRecord(action.kind, action.target, action.describe(), "failed",
-                                  _now(), f"{type(e).__name__}: {e}")
-            state.records.append(record)
-            _emit(action, "failed", False, record.detail)
+            _failed(action, e, dry_run=False)
             raise
     record = ActionRecord(action.kind, action.target, action.describe(), outcome, _now(),
                           detail)
-    state.records.append(record)
+    _record(record)
     _emit(action, outcome, False, detail)
     return record
+
+
+def _failed(action: SafeAction, error: Exception, *, dry_run: bool) -> None:
+    record = ActionRecord(action.kind, action.target, action.describe(), "failed", _now(),
+                          f"{type(error).__name__}: {error}")
+    _record(record)
+    _emit(action, "failed", dry_run, record.detail)
 
 
 async def _verify(action: SafeAction, timeout_s: float) -> None:
@@ -203,13 +210,36 @@ async def _verify(action: SafeAction, timeout_s: float) -> None:
         delay = min(delay * 2, 2.0)
 
 
-async def publish_actions_artifact(key: str | None = None) -> None:
-    """The run's actions as a table artifact (what was done, or would be, and how it went)."""
-    records = _runs.pop(_run_key(), _RunActions()).records
+@asynccontextmanager
+async def recording_actions(key: str | None = None) -> AsyncIterator[None]:
+    """Record the actions performed inside the block and publish them as the run's actions
+    artifact (what was done, or would be, and how it went) when the block ends, also when it
+    ends with an error. A run that suspends (Prefect's `Pause`, an approval's long wait)
+    starts again from the top when answered: its artifact comes then, unless it had acted
+    before suspending."""
+    records: list[ActionRecord] = []
+    token = _recorded.set(records)
+    failed = suspended = False
+    try:
+        yield
+    except Pause:
+        suspended = True
+        raise
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        _recorded.reset(token)
+        if records or not suspended:
+            await _publish(records, key, failed=failed)
+
+
+async def _publish(records: list[ActionRecord], key: str | None, *, failed: bool) -> None:
     table = [{"kind": r.kind, "target": r.target, "what": r.description,
               "outcome": r.outcome, "at": r.at, "detail": r.detail} for r in records]
     if not table:
-        table = [{"kind": "-", "target": "-", "what": "no action was needed", "outcome": "-",
-                  "at": _now(), "detail": ""}]
+        what = "the run failed before any action" if failed else "no action was needed"
+        table = [{"kind": "-", "target": "-", "what": what, "outcome": "-", "at": _now(),
+                  "detail": ""}]
     await acreate_table_artifact(table=table, key=key,
                                  description="Actions of this run (gpuops safe-action layer)")
