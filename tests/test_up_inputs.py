@@ -15,9 +15,9 @@ import pytest
 from pydantic import SecretStr
 from typer.testing import CliRunner
 
+from gpuops.common.settings import UpSettings
 from gpuops.deployments.cli import app
 from gpuops.deployments.services import ServiceStartError, ensure_port_free, free_port
-from gpuops.deployments.settings import UpSettings
 from gpuops.deployments.up_inputs import (
     FAKE_SLACK_TOKEN,
     SIGNING_SECRET_FILE,

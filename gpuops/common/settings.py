@@ -1,13 +1,16 @@
-"""Environment settings per area (prefix `GPUOPS_`), read lazily through `get_settings`.
+"""Environment settings per area (prefix `GPUOPS_`), all in this module, read lazily through
+the one accessor `get_settings(<class>)` — never at import time, so that tests and the CLI
+can change the environment (`GPUOPS_HOME=...`) before anything looks at it.
 
 They are the out-of-the-box defaults: when no Prefect Block is configured, the connection
-Blocks are built from these (`gpuops up` writes them into its env.sh).
+Blocks are built from these (`gpuops up` writes them into its env.sh). One variable is one
+field of one class: `GPUOPS_CLUSTER_NAME` is `KubeSettings.cluster_name` for every process.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -82,6 +85,72 @@ class PrometheusSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUOPS_PROMETHEUS_", extra="ignore")
 
     url: str = Field("http://127.0.0.1:9090", description="Prometheus HTTP API base URL.")
+
+
+class UpSettings(BaseSettings):
+    """Defaults of `gpuops up`; every field can be set as `GPUOPS_<FIELD>` in the environment,
+    and the command line's options go over them (`load_up_settings`). The cluster's name is
+    `KubeSettings.cluster_name` (`GPUOPS_CLUSTER_NAME`), as for every other process."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUOPS_", extra="ignore")
+
+    home: Path = Field(
+        default=Path(".gpuops"),
+        description="Directory for logs, the Prefect database, the kubeconfig and env.sh.",
+    )
+    scenario: str = Field(default="default", description="simcluster scenario name or path.")
+    prefect_port: int = Field(default=4200, description="Port of the local Prefect server/UI.")
+    sim_port: int = Field(default=0, description="simcluster port; 0 picks a free one.")
+    sim_speed: float = Field(default=1.0, description="simcluster clock speed (1 = real time).")
+    slack_bot_token: SecretStr | None = Field(
+        default=None,
+        description="A real Slack bot token; when set, `gpuops up` starts no Slack fake "
+        "(the local fake's own token, which env.sh exports, does not count).",
+        examples=["xoxb-..."],
+    )
+    slack_signing_secret: SecretStr | None = Field(
+        default=None,
+        description="The Slack app's signing secret; required with a real bot token. The "
+        "local stack generates its own (`<home>/slack-signing-secret`).",
+    )
+    approval_policy: str = Field(
+        default="",
+        description="Name of a saved `gpuops-approval-policy` Block the served flows and the "
+        "Slack receiver use; empty: `local-approvers`, created when missing.",
+        examples=["platform-oncall"],
+    )
+    capacity_mode: Literal["dry-run", "apply"] = Field(
+        default="dry-run",
+        description="What the hourly capacity pre-warm run does: `dry-run` plans and reports, "
+        "`apply` changes node pools (with approval above the cost threshold).",
+    )
+    history_days: int = Field(
+        default=14, ge=0, le=90, description="Days of demand history back-filled into the "
+        "simulated cluster's Prometheus before it starts, so capacity pre-warm has history at "
+        "once (0: none).",
+    )
+    start_timeout_s: float = Field(
+        default=120.0, description="How long to wait for each component to become ready."
+    )
+
+
+DEFAULT_LOCAL_SLACK_USER = "U0LOCALOPS"  # who the local Slack page clicks as
+
+
+class SlackFakeSettings(BaseSettings):
+    """What the local Slack fake's page needs to send clicks; `GPUOPS_SLACK_<FIELD>` in the environment.
+
+    The same variables configure the receiver, so one secret serves both ends."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUOPS_SLACK_", extra="ignore")
+
+    signing_secret: SecretStr | None = Field(
+        None, description="The receiver's signing secret; the page signs clicks with it.")
+    interactions_url: str | None = Field(
+        None, description="The receiver's URL for clicks (Slack's Interactivity Request URL).",
+        examples=["http://127.0.0.1:3000/slack/events"])
+    local_user: str = Field(DEFAULT_LOCAL_SLACK_USER,
+                            description="The Slack user id the page clicks as.")
 
 
 S = TypeVar("S", bound=BaseSettings)

@@ -86,16 +86,11 @@ def up(
     from gpuops.deployments.up import AlreadyRunningError, UpInputError, load_up_settings, run_up
 
     try:
-        settings = load_up_settings(approval_policy=approval_policy,
+        settings = load_up_settings(scenario=scenario or None, home=home,
+                                    prefect_port=prefect_port, sim_port=sim_port,
+                                    approval_policy=approval_policy,
                                     capacity_mode=capacity_mode)
-        run_up(
-            kubeconfig=kubeconfig,
-            scenario=scenario or settings.scenario,
-            home=home or settings.home,
-            prefect_port=settings.prefect_port if prefect_port is None else prefect_port,
-            sim_port=settings.sim_port if sim_port is None else sim_port,
-            settings=settings,
-        )
+        run_up(kubeconfig=kubeconfig, settings=settings)
     except UpInputError as e:
         _fail(str(e), code=2)
     except (AlreadyRunningError, ServiceError) as e:

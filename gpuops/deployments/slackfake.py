@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import SecretStr
 
+from gpuops.common.settings import SlackFakeSettings, get_settings
 from gpuops.deployments.slackfake_state import (
     BOT_ID,
     BOT_USER_ID,
@@ -388,27 +388,13 @@ async def start_slack_fake(host: str = "127.0.0.1", port: int = 0, *,
     return runner, f"http://{host}:{bound_port}/api/"
 
 
-class SlackFakeSettings(BaseSettings):
-    """What the fake's page needs to send clicks; `GPUOPS_SLACK_<FIELD>` in the environment.
-
-    The same variables configure the receiver, so one secret serves both ends."""
-
-    model_config = SettingsConfigDict(env_prefix="GPUOPS_SLACK_", extra="ignore")
-
-    signing_secret: SecretStr | None = Field(
-        None, description="The receiver's signing secret; the page signs clicks with it.")
-    interactions_url: str | None = Field(
-        None, description="The receiver's URL for clicks (Slack's Interactivity Request URL).",
-        examples=["http://127.0.0.1:3000/slack/events"])
-    local_user: str = Field(DEFAULT_LOCAL_USER,
-                            description="The Slack user id the page clicks as.")
 
 
 def interaction_config(argv: list[str] | None = None) -> tuple[argparse.Namespace,
                                                                InteractionConfig]:
     """Command-line flags over `GPUOPS_SLACK_*` variables. The secret is read from a file or
     the environment, never from a flag: a command line is visible to every local user."""
-    settings = SlackFakeSettings()
+    settings = get_settings(SlackFakeSettings)
     parser = argparse.ArgumentParser(description="Local fake of the Slack Web API, with a page")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)

@@ -13,12 +13,14 @@ from typing import Any
 from aiohttp import web
 from pydantic import SecretStr
 
+from gpuops.common.settings import DEFAULT_LOCAL_SLACK_USER
+
 TEAM_ID = "T0GPUOPS"
 TEAM_DOMAIN = "gpuops-fake"
 BOT_USER_ID = "U0GPUOPSBOT"
 BOT_ID = "B0GPUOPSBOT"
 APP_ID = "A0GPUOPS"
-DEFAULT_LOCAL_USER = "U0LOCALOPS"
+DEFAULT_LOCAL_USER = DEFAULT_LOCAL_SLACK_USER
 
 # Fields kept only for inspection through /_fake/messages, not part of Slack's message shape.
 _INTERNAL_FIELDS = ("channel", "updates", "ephemeral_to")

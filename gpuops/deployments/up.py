@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psutil
 
+from gpuops.common.settings import KubeSettings, UpSettings, get_settings
 from gpuops.deployments.history import backfill_history
 from gpuops.deployments.services import (
     Service,
@@ -41,7 +42,6 @@ from gpuops.deployments.services import (
     start_slack_fake_server,
     start_slack_receiver,
 )
-from gpuops.deployments.settings import UpSettings, get_up_settings
 from gpuops.deployments.stdio import protect_stdio, say
 from gpuops.deployments.stopping import Stopper
 from gpuops.deployments.up_inputs import (
@@ -91,14 +91,14 @@ class Stack:
     slack_page: str | None = None
 
 
-def load_up_settings(**options: str | None) -> UpSettings:
+def load_up_settings(**options: object) -> UpSettings:
     """The environment's settings with the command line's options (`None`: not given) over
     them; a bad value is an `UpInputError` naming the option and its variable."""
     from pydantic import ValidationError
 
     given = {name: value for name, value in options.items() if value is not None}
     try:
-        return UpSettings(**given) if given else get_up_settings()
+        return UpSettings(**given) if given else get_settings(UpSettings)
     except ValidationError as e:
         problems = "; ".join(
             f"--{'-'.join(str(p) for p in err['loc']).replace('_', '-')} / GPUOPS_"
@@ -153,9 +153,6 @@ def start_components(
     *,
     home: Path,
     kubeconfig: Path | None,
-    scenario: str,
-    prefect_port: int,
-    sim_port: int,
     settings: UpSettings,
     slack: SlackChoice,
     services: list[Service],
@@ -163,6 +160,7 @@ def start_components(
     """Start each component, appending it to `services` as soon as it is up (so that a later
     failure still stops it); return what a client of this stack needs."""
     timeout_s = settings.start_timeout_s
+    scenario, prefect_port = settings.scenario, settings.prefect_port
     prefect = start_prefect_server(home, port=prefect_port, timeout_s=timeout_s)
     services.append(prefect)
     os.environ["PREFECT_API_URL"] = prefect.url
@@ -179,7 +177,7 @@ def start_components(
     sim: Service | None = None
     if kubeconfig is None:
         kubeconfig = home / "simcluster" / "kubeconfig.yaml"
-        sim = start_simcluster(home, kubeconfig=kubeconfig, port=sim_port, scenario=scenario,
+        sim = start_simcluster(home, kubeconfig=kubeconfig, port=settings.sim_port, scenario=scenario,
                                speed=settings.sim_speed, aws_endpoint=moto.url,
                                timeout_s=timeout_s)
         services.append(sim)
@@ -204,7 +202,7 @@ def start_components(
         env.update(GPUOPS_SLACK_BASE_URL=fake.url, GPUOPS_SLACK_BOT_TOKEN=FAKE_SLACK_TOKEN)
         stack.slack_page = fake.url.removesuffix("api/")
 
-    env["GPUOPS_CLUSTER_NAME"] = settings.cluster_name
+    env["GPUOPS_CLUSTER_NAME"] = get_settings(KubeSettings).cluster_name
     services.append(start_cluster_watcher(home, env=env, timeout_s=timeout_s))
     receiver = start_slack_receiver(home, env={**env, **stack.secret_env}, port=receiver_port,
                                     policy_block=stack.approval_policy, timeout_s=timeout_s)
@@ -284,20 +282,15 @@ def _banner(home: Path, stack: Stack, prefect_port: int, simulated: bool,
     return "\n".join(lines)
 
 
-def run_up(
-    *,
-    kubeconfig: Path | None = None,
-    scenario: str = "default",
-    home: Path = Path(".gpuops"),
-    prefect_port: int = 4200,
-    sim_port: int = 0,
-    settings: UpSettings | None = None,
-) -> None:
+def run_up(*, kubeconfig: Path | None = None, settings: UpSettings | None = None) -> None:
     """Start the local stack and block until Ctrl-C/SIGTERM; raise if a component fails.
-    Bad inputs raise `UpInputError` before anything starts (or, for a named approval policy,
-    before anything is announced)."""
-    settings = settings or get_up_settings()
-    home = Path(home).resolve()
+    Everything but a real cluster's kubeconfig comes from `settings` (the environment's, with
+    the command line's options over them: `load_up_settings`). Bad inputs raise
+    `UpInputError` before anything starts (or, for a named approval policy, before anything
+    is announced)."""
+    settings = settings or get_settings(UpSettings)
+    home = Path(settings.home).resolve()
+    scenario, prefect_port, sim_port = settings.scenario, settings.prefect_port, settings.sim_port
     pid_file = home / "up.pid"
     owner = _live_owner(pid_file)
     if owner is not None:
@@ -319,9 +312,8 @@ def run_up(
             # entering the try would have left up.pid behind).
             stopper.install()
             pid_file.write_text(f"{os.getpid()}\nhttp://127.0.0.1:{prefect_port}\n")
-            stack = start_components(home=home, kubeconfig=kubeconfig, scenario=scenario,
-                                     prefect_port=prefect_port, sim_port=sim_port,
-                                     settings=settings, slack=slack, services=services)
+            stack = start_components(home=home, kubeconfig=kubeconfig, settings=settings,
+                                     slack=slack, services=services)
             prefect_up = True
             write_env_file(home / "env.sh", stack.env)
             os.environ.update(stack.env)  # serve_all() below talks to this stack

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from gpuops.common.settings import UpSettings
 from gpuops.deployments.services import ServiceStartError, ensure_port_free, read_kubeconfig_server
-from gpuops.deployments.settings import UpSettings
 
 # The fake accepts any token; these are the ones gpuops itself hands out for it.
 FAKE_SLACK_TOKEN = "xoxb-gpuops-fake"
