@@ -512,7 +512,8 @@ class RestartStorm:
 
         quiet = self.settle_quiet_s
         _wait(lambda: time.time() - self.raw.last_change > quiet
-              and watcher._queue.unfinished_tasks == 0 and caught_up() and all_running(),
+              and watcher._queue.unfinished_tasks == 0  # noqa: SLF001 - idle watcher
+              and caught_up() and all_running(),
               timeout_s, min(1.0, quiet))
 
     def drain(self, timeout_s: float) -> None:
@@ -565,8 +566,8 @@ class RestartStorm:
         return self.core.list_pod_for_all_namespaces(label_selector=LABEL).items
 
     def slack_messages(self) -> list[dict[str, Any]]:
-        with services._direct.open(self.slack.url.removesuffix("/api/") + "/_fake/messages",
-                                   timeout=30) as resp:
+        url = self.slack.url.removesuffix("/api/") + "/_fake/messages"
+        with services._direct.open(url, timeout=30) as resp:  # noqa: SLF001 - no-proxy opener
             return json.loads(resp.read())["messages"]
 
     def timeline_rows(self) -> dict[str, tuple[Any, Any]]:

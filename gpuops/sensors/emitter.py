@@ -8,7 +8,6 @@ triggers ignore an id they have already seen.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -16,10 +15,11 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import SyncPrefectClient
 from prefect.events import Event
 
 from gpuops.common.events import event_name, k8s_resource
+from gpuops.common.prefect_api import close_sync_client, open_sync_client
 
 log = logging.getLogger("gpuops.sensors.emitter")
 
@@ -58,7 +58,7 @@ class EventSender:
         delay = 0.5
         while True:
             try:
-                self._client().post("/events", json=body).raise_for_status()
+                self._client().request("POST", "/events", json=body).raise_for_status()
                 self.sent += len(events)
                 return
             except Exception as e:
@@ -70,14 +70,13 @@ class EventSender:
                 time.sleep(delay)
                 delay = min(delay * 2, self.max_delay_s)
 
-    def _client(self) -> Any:
+    def _client(self) -> SyncPrefectClient:
         if getattr(self._local, "client", None) is None:
-            self._local.client = get_client(sync_client=True).__enter__()
-        return self._local.client._client
+            self._local.client = open_sync_client()
+        return self._local.client
 
     def close(self) -> None:
         """Close this thread's client."""
         client, self._local.client = getattr(self._local, "client", None), None
         if client is not None:
-            with contextlib.suppress(Exception):
-                client.__exit__(None, None, None)
+            close_sync_client(client)

@@ -154,7 +154,7 @@ class SimCluster:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
-        bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # noqa: SLF001
         self.url = f"http://{host}:{bound}"
         for controller in self.controllers:
             self._tasks.append(asyncio.create_task(self._supervise(controller),

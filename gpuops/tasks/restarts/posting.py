@@ -45,6 +45,7 @@ from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.restart_policy import RestartPolicy
 from gpuops.common.errors import SlackArchived, SlackError, SlackNotFound, TemporaryError
 from gpuops.common.latest import LatestSaver
+from gpuops.common.prefect_api import state_error
 from gpuops.tasks.clients import slack
 from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.event_intake import EventIntake, handling_problem
@@ -88,7 +89,7 @@ def _now() -> datetime:
 def _worth_retrying(task, task_run, state) -> bool:
     """Retry transport and server trouble, not Slack's definite answers. Prefect calls this
     synchronously, also for async tasks, where a plain `state.result()` is a coroutine."""
-    error = state.result(raise_on_failure=False, _sync=True)
+    error = state_error(state)
     if isinstance(error, SlackApiError):  # the SDK's own, had it not come through the client
         error = slack.slack_error(error)
     return not isinstance(error, SlackError) or isinstance(error, TemporaryError)

@@ -38,6 +38,7 @@ from prefect.concurrency.asyncio import rate_limit
 from prefect.exceptions import ObjectAlreadyExists
 
 from gpuops.blocks.restart_policy import RestartPolicy
+from gpuops.common.prefect_api import send_once
 from gpuops.tasks.restarts.history import slug
 
 log = logging.getLogger("gpuops.slack_limits")
@@ -58,15 +59,14 @@ async def take_slots(names: list[str], slots: int, client: PrefectClient | None 
     async with contextlib.AsyncExitStack() as stack:
         if client is None:
             client = await stack.enter_async_context(get_client())
-        http = client._client
         body = {"names": names, "slots": slots, "mode": "rate_limit"}
         locked_until = None
         dropped = 0
         for attempt in itertools.count():
-            request = http.build_request("POST", "/v2/concurrency_limits/increment", json=body)
             try:
-                # httpx's own send: Prefect's would sleep 2**n s on a 503 before returning it.
-                response = await httpx.AsyncClient.send(http, request)
+                # Sent once: Prefect's client would sleep 2**n s on a 503 before returning it.
+                response = await send_once(client, "POST", "/v2/concurrency_limits/increment",
+                                           json=body)
             except httpx.TransportError:
                 dropped += 1  # a kept-alive connection the server just closed: once more
                 if dropped > 1:
