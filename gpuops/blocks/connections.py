@@ -6,13 +6,16 @@ default built from `GPUOPS_*` environment settings, used when no Block document 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from prefect.blocks.core import Block
 from pydantic import Field, SecretStr
 
 from gpuops.common.settings import AwsSettings, KubeSettings, SlackSettings, get_settings
+
+if TYPE_CHECKING:
+    from gpuops.tasks.clients.kube import Kube
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
@@ -38,7 +41,7 @@ class KubernetesCluster(Block):
                    kubeconfig_path=str(s.kubeconfig) if s.kubeconfig else None,
                    context=s.kube_context)
 
-    def kube(self) -> Any:
+    def kube(self) -> Kube:
         from gpuops.tasks.clients.kube import Kube
 
         return Kube.from_kubeconfig(self.kubeconfig_path, self.context, self.cluster_name)
@@ -99,11 +102,3 @@ class AwsConnection(Block):
     def from_settings(cls) -> AwsConnection:
         s = get_settings(AwsSettings)
         return cls(region=s.region, endpoint_url=s.endpoint_url)
-
-
-async def load_block(block_cls: type[Block], name: str | None) -> Any:
-    """Load a saved Block document by name, or the settings default when `name` is empty;
-    a missing or invalid one names the Block and the field (`blocks/loading.py`)."""
-    from gpuops.blocks.loading import load_block as load_named
-
-    return await load_named(block_cls, name)

@@ -8,7 +8,7 @@ naming the Block's type and name and the field, never a value, and chaining noth
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 from prefect.blocks.core import Block
 from pydantic import ValidationError
@@ -19,11 +19,16 @@ from gpuops.common.yamlsource import dotted_field, ordered_errors
 B = TypeVar("B", bound=Block)
 
 
-async def load_block(block_cls: type[B], name: str | None) -> Any:
-    """The saved Block document `name`, or the settings default when `name` is empty."""
-    if not name:
-        return block_cls.from_settings()  # type: ignore[attr-defined]
+async def load_block(block_cls: type[B], name: str | None) -> B:
+    """The saved Block document `name`, or the settings default when `name` is empty (the
+    Block class's `from_settings()`; one without it needs a name)."""
     slug = block_cls.get_block_type_slug()
+    if not name:
+        from_settings = getattr(block_cls, "from_settings", None)
+        if from_settings is None:
+            raise BlockNotFound(slug, "", "name", "this Block has no default from settings: "
+                                "name a saved Block")
+        return cast(B, from_settings())
     try:
         return await block_cls.aload(name)
     except ValueError as e:

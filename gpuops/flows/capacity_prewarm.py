@@ -33,8 +33,8 @@ from gpuops.blocks.connections import (
     AwsConnection,
     KubernetesCluster,
     SlackConnection,
-    load_block,
 )
+from gpuops.blocks.loading import load_block
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.errors import TemporaryError
 from gpuops.common.settings import PrometheusSettings, get_settings

@@ -13,7 +13,8 @@ from prefect import flow
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.states import Completed
 
-from gpuops.blocks.connections import KubernetesCluster, SlackConnection, load_block
+from gpuops.blocks.connections import KubernetesCluster, SlackConnection
+from gpuops.blocks.loading import load_block
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.errors import KubeTooManyRequests
 from gpuops.tasks.actions.drain import plan_drain
