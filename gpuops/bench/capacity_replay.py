@@ -156,7 +156,7 @@ def replay_policy(work: np.ndarray, model: ServedModel, *, tick_s: float, policy
     cold_waited = 0.0
     boot_ticks = [0]  # boot_ticks[j] = ticks before j with a node booting (prefix count)
     backlog = 0.0
-    window = deque(maxlen=minute_ticks)
+    window: deque[float] = deque(maxlen=minute_ticks)
     for i in range(len(work)):
         # nodes that finished booting start serving this tick
         while pool.booting and pool.booting[0] <= i:

@@ -578,7 +578,8 @@ def _escaped(secret: Secret) -> Secret:
 
 
 def render(fmt: CredentialFormat, rng: random.Random) -> Credential:
-    line, values, runs = fmt.line, {}, []
+    line, values = fmt.line, {}
+    runs: list[str] = []
     for name, make in fmt.secrets.items():
         secret = make(rng)
         values[name] = secret.value

@@ -160,7 +160,7 @@ def _stored_events(cluster: str, since: Any) -> list[Any]:
                 resource=EventResourceFilter(id_prefix=[f"k8s.{cluster}."])), limit=50)
             events = list(page.events)
             while page.next_page:
-                page = await c.read_events_page(page.next_page)
+                page = await c.read_events_page(str(page.next_page))
                 events += page.events
             return events
     return asyncio.run(read())
@@ -209,11 +209,12 @@ def end_to_end_figures(corpus: list[Credential], tmp: Path, seed: int, *, speed:
         api = config.new_client_from_config(config_file=str(sim.kubeconfig))
         core = client.CoreV1Api(api)
         for n in range(len(corpus) * len(PATHS) // PODS_PER_NODE + 1):
-            core.create_node(_node(f"node-{n}"))
+            core.create_node(_node(f"node-{n}"))  # type: ignore[arg-type]  # the client takes plain dicts
         ordinary = ordinary_lines(seed)
         since = datetime.now(UTC)
         sender = _TrackingSender()
-        watcher = ClusterWatcher(Kube(api, cluster_name=cluster), sender=sender)
+        watcher = ClusterWatcher(Kube(api, cluster_name=cluster),
+                                 sender=sender)  # type: ignore[arg-type]  # same send()
         watcher.start()
         try:
             expected = set()
@@ -221,10 +222,10 @@ def end_to_end_figures(corpus: list[Credential], tmp: Path, seed: int, *, speed:
                 for path in PATHS:
                     pod, secret = pod_for(c, i, path)
                     if secret is not None:
-                        core.create_namespaced_secret(NS, secret)
-                    core.create_namespaced_pod(NS, pod)
+                        core.create_namespaced_secret(NS, secret)  # type: ignore[arg-type]  # the client takes plain dicts
+                    core.create_namespaced_pod(NS, pod)  # type: ignore[arg-type]  # the client takes plain dicts
                     expected.add(pod["metadata"]["name"])
-            core.create_namespaced_pod(NS, {
+            core.create_namespaced_pod(NS, {  # type: ignore[arg-type]  # the client takes plain dicts
                 "metadata": {"name": "ordinary", "annotations": CRASH},
                 "spec": {"nodeName": "node-0", "containers": [{
                     "name": "app", "image": "ghcr.io/acme/api:1.4.2", "command": ["/app/serve"],

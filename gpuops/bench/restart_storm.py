@@ -180,10 +180,10 @@ def _pod_spec(w: Workload) -> dict[str, Any]:
 def _create(core: client.CoreV1Api, apps: client.AppsV1Api, w: Workload) -> None:
     labels = {LABEL: w.name, "app": w.name}
     if w.kind == "Pod":
-        core.create_namespaced_pod(w.namespace, {"metadata": {"name": w.name, "labels": labels},
-                                               "spec": _pod_spec(w)})
+        pod = {"metadata": {"name": w.name, "labels": labels}, "spec": _pod_spec(w)}
+        core.create_namespaced_pod(w.namespace, pod)  # type: ignore[arg-type]  # the client takes plain dicts
         return
-    apps.create_namespaced_deployment(w.namespace, {
+    apps.create_namespaced_deployment(w.namespace, {  # type: ignore[arg-type]  # the client takes plain dicts
         "metadata": {"name": w.name, "labels": labels},
         "spec": {"replicas": 2, "selector": {"matchLabels": {LABEL: w.name}},
                  "template": {"metadata": {"labels": labels}, "spec": _pod_spec(w)}}})
@@ -228,8 +228,9 @@ class RawPodWatch:
             self.last_change = now
 
     def _relist(self) -> None:
-        body = json.loads(self.core.list_pod_for_all_namespaces(
-            label_selector=LABEL, _preload_content=False).data)
+        raw: Any = self.core.list_pod_for_all_namespaces(label_selector=LABEL,
+                                                         _preload_content=False)
+        body = json.loads(raw.data)
         now = time.time()
         for pod in body["items"]:
             self._see(pod, now)
@@ -240,7 +241,7 @@ class RawPodWatch:
             try:
                 if self._rv is None:
                     self._relist()
-                resp = self.core.list_pod_for_all_namespaces(
+                resp: Any = self.core.list_pod_for_all_namespaces(
                     label_selector=LABEL, watch=True, resource_version=self._rv,
                     timeout_seconds=300,
                     allow_watch_bookmarks=True, _preload_content=False, _request_timeout=330)
@@ -372,9 +373,9 @@ class RestartStorm:
             gpus_by_role[w.role] += w.pods if w.gpu else 0
         for role, pods in pods_by_role.items():
             for i in range(max(1, math.ceil(gpus_by_role[role] / 8), math.ceil(pods / 100))):
-                self.core.create_node(_node(f"{role}-{i}", role))
+                self.core.create_node(_node(f"{role}-{i}", role))  # type: ignore[arg-type]  # the client takes plain dicts
         for namespace in sorted({w.namespace for w in self.workloads}):
-            self.core.create_namespace({"metadata": {"name": namespace,
+            self.core.create_namespace({"metadata": {"name": namespace,  # type: ignore[arg-type]  # the client takes plain dicts
                                                      "labels": {CHANNEL_LABEL: namespace}}})
         self.raw = RawPodWatch(self.core).start()
         self.stops.append(self.raw.stop.set)

@@ -55,8 +55,8 @@ def run(nodes: int = 5000, pods: int = 100_000, updates: int = 50_000, page: int
             t0 = time.monotonic()
             listed, token, rv = 0, None, None
             while True:
-                resp = v1.list_pod_for_all_namespaces(limit=page, _continue=token,
-                                                      _preload_content=False)
+                resp: Any = v1.list_pod_for_all_namespaces(limit=page, _continue=token,
+                                                           _preload_content=False)
                 body = json.loads(resp.data)
                 listed += len(body["items"])
                 rv = rv or body["metadata"]["resourceVersion"]

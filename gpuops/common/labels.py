@@ -81,7 +81,7 @@ def parse_label_selector(text: str | None) -> list[Requirement]:
         if j >= len(tokens) or tokens[j] in _PUNCTUATION:
             found = tokens[j] if j < len(tokens) else ""
             raise fail(f"found {found!r}, expected: a label key")
-        return tokens[j]
+        return str(tokens[j])
 
     while i < len(tokens):
         if tokens[i] == "!":

@@ -18,12 +18,12 @@ class LatestSaver:
     storm), and state that only the next run reads need not hold up the work in between.
     """
 
-    def __init__(self, write: Callable[[Any], Awaitable[None]]) -> None:
+    def __init__(self, write: Callable[[Any], Awaitable[object]]) -> None:
         self._write = write
         self._latest: dict[Hashable, Any] = {}
         self._asked: Counter[Hashable] = Counter()  # saves asked for, per key
         self._written: Counter[Hashable] = Counter()  # of those, how many a write covered
-        self._writers: dict[Hashable, asyncio.Task] = {}
+        self._writers: dict[Hashable, asyncio.Task[None]] = {}
         self._errors: list[BaseException] = []
 
     def save(self, key: Hashable, value: Any) -> None:

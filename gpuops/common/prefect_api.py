@@ -20,9 +20,10 @@ Why each is needed:
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, cast
 
 import httpx
+from prefect.client.base import PrefectHttpxAsyncClient
 from prefect.client.orchestration import PrefectClient, SyncPrefectClient, get_client
 from prefect.client.schemas.objects import State
 
@@ -34,7 +35,7 @@ async def send_once(client: PrefectClient, method: str, path: str, *,
     """One request to the Prefect API, answered as the server answered it: no client-side
     retry of a 503 or 429, no exception for an error status. A dropped connection raises
     httpx's `TransportError`."""
-    http = client._client
+    http = cast(PrefectHttpxAsyncClient, client._client)
     request = http.build_request(method, path, json=json)
     if method.upper() in _CHANGES and http.enable_csrf_support:
         await http._add_csrf_headers(request)

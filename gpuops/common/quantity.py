@@ -6,8 +6,9 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": 1,
-            "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_DECIMAL: dict[str, int | Fraction] = {
+    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": 1,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 
 def parse_quantity(value: str | float) -> Fraction:
@@ -22,9 +23,9 @@ def parse_quantity(value: str | float) -> Fraction:
     except (InvalidOperation, ValueError):
         pass
     if text[-2:] in _BINARY:
-        return _number(text[:-2], text) * _BINARY[text[-2:]]
+        return _number(text[:-2], text) * Fraction(_BINARY[text[-2:]])
     if text[-1] in _DECIMAL:
-        return _number(text[:-1], text) * _DECIMAL[text[-1]]
+        return _number(text[:-1], text) * Fraction(_DECIMAL[text[-1]])
     raise ValueError(f"invalid quantity {text!r}")
 
 

@@ -14,11 +14,14 @@ import json
 import pkgutil
 import re
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from gpuops.deployments.cli_errors import UserErrorsGroup, require_blocks
+
+if TYPE_CHECKING:
+    from prefect.client.schemas.objects import State
 
 app = typer.Typer(
     cls=UserErrorsGroup,
@@ -247,7 +250,7 @@ def plan_capacity_command(
     require_blocks((CapacityConfig, config_block), (AwsConnection, aws_block),
                    (KubernetesCluster, cluster_block), (SlackConnection, slack_block),
                    (ApprovalPolicy, policy_block))
-    state = asyncio.run(capacity_prewarm(
+    state: State[Any] = asyncio.run(capacity_prewarm(  # type: ignore[arg-type]  # a coroutine
         mode="apply" if apply else "dry-run", config_block=config_block, aws_block=aws_block,
         cluster_block=cluster_block, slack_block=slack_block, policy_block=policy_block,
         now=as_of, return_state=True))

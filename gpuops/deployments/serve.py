@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from prefect import serve
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.events import DeploymentEventTrigger
-from prefect.schedules import Interval
+from prefect.schedules import Interval, Schedule
 
 from gpuops.flows.capacity_prewarm import capacity_prewarm
 from gpuops.flows.drain_node import drain_node
@@ -27,7 +27,7 @@ STANDBY_HANDOVER = timedelta(seconds=3)
 STANDBY_OVERRUN = timedelta(minutes=5)
 
 
-def standby_schedule() -> Interval:
+def standby_schedule() -> Schedule:
     """The restart schedule's standing runs, anchored just ahead of now so the first one
     starts within seconds of serving, not an interval later."""
     stay = STANDBY_INTERVAL - STANDBY_HANDOVER

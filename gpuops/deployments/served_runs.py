@@ -13,7 +13,7 @@ rarely finds any. Suspended runs are left alone: they hold no process and resume
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
@@ -24,7 +24,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilterState,
     FlowRunFilterStateType,
 )
-from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.objects import FlowRun, State, StateType
 from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelled, Crashed
 
@@ -67,7 +67,7 @@ async def end_unfinished_runs(deployment_names: Iterable[str], *,
                 limit=PAGE, offset=kept)
             kept += sum(not holds_a_process(run) for run in runs)
             for run in filter(holds_a_process, runs):
-                state = Crashed(message=message) if end_as == "Crashed" else Cancelled(
+                state: State[Any] = Crashed(message=message) if end_as == "Crashed" else Cancelled(
                     message=message)
                 await client.set_flow_run_state(run.id, state, force=True)
                 ended.append(run.id)

@@ -22,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -96,7 +97,8 @@ def load_up_settings(**options: object) -> UpSettings:
     them; a bad value is an `UpInputError` naming the option and its variable."""
     from pydantic import ValidationError
 
-    given = {name: value for name, value in options.items() if value is not None}
+    given: dict[str, Any] = {name: value for name, value in options.items()
+                             if value is not None}
     try:
         return UpSettings(**given) if given else get_settings(UpSettings)
     except ValidationError as e:

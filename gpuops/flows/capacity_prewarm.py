@@ -64,11 +64,11 @@ def _temporary_only(task: Any, run: Any, state: Any) -> bool:
     return isinstance(state.result(raise_on_failure=False), TemporaryError)
 
 
-_io = {"retries": 2, "retry_delay_seconds": [2, 10], "retry_condition_fn": _temporary_only,
+_io: dict[str, Any] = {"retries": 2, "retry_delay_seconds": [2, 10], "retry_condition_fn": _temporary_only,
        "cache_policy": NO_CACHE}
-read_demand_task = task(read_demand, name="read-demand", task_run_name="read-demand-{model.name}",
-                        **_io)
-read_pool_states_task = task(read_pool_states, name="read-pool-states", **_io)
+read_demand_task = task(name="read-demand", task_run_name="read-demand-{model.name}",
+                        **_io)(read_demand)
+read_pool_states_task = task(name="read-pool-states", **_io)(read_pool_states)
 
 
 @task(name="forecast-demand", task_run_name="forecast-{history.model}", cache_policy=NO_CACHE)

@@ -91,7 +91,7 @@ def _cursor_name(cluster: str) -> str:
 
 
 async def _cursor(name: str, default: datetime) -> datetime:
-    value = await Variable.aget(name, default=None)
+    value = await Variable.aget(name, default=None)  # type: ignore[func-returns-value]
     return datetime.fromisoformat(value) if value else default
 
 

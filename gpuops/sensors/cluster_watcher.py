@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gpuops.common.events import workload_related
 from gpuops.common.settings import WatcherSettings, get_settings
@@ -95,7 +95,8 @@ class ClusterWatcher:
         redact_watcher_logs()
         self.capture = EvidenceCapture(
             kube, log_cap_bytes=log_cap_bytes,
-            **({"secret_values": self.secrets.values_for} if self.secrets else {}))
+            **cast(dict[str, Any], {"secret_values": self.secrets.values_for}
+                   if self.secrets else {}))
         self.sender = sender or EventSender()
         self.stop_event = threading.Event()
         self.stats = WatcherStats()
@@ -279,7 +280,8 @@ class ClusterWatcher:
         from prefect.results import get_default_result_storage
 
         ref = f"gpuops/evidence/{evidence.identity.replace('/', '_')}.log"
-        get_default_result_storage().write_path(ref, evidence.previous_log.encode())
+        storage: Any = get_default_result_storage()  # a sync_compatible Block: sync here
+        storage.write_path(ref, evidence.previous_log.encode())
         payload["previous_log"] = evidence.previous_log[-INLINE_LOG_BYTES:]
         payload["previous_log_ref"] = ref
         return payload, len(json.dumps(payload))

@@ -118,10 +118,10 @@ class EvidenceCapture:
         ns, name = restart.namespace, restart.pod
         log_text, log_bytes, truncated, log_error = self._previous_log(restart)
         status = pod.get("status") or {}
-        cs = next((c for c in (status.get("initContainerStatuses") or [])
+        cs: dict[str, Any] = next((c for c in (status.get("initContainerStatuses") or [])
                    + (status.get("containerStatuses") or []) if c["name"] == restart.container),
                   {})
-        spec_c = next((c for c in ((pod.get("spec") or {}).get("initContainers") or [])
+        spec_c: dict[str, Any] = next((c for c in ((pod.get("spec") or {}).get("initContainers") or [])
                        + ((pod.get("spec") or {}).get("containers") or [])
                        if c["name"] == restart.container), {})
         node_name = (pod.get("spec") or {}).get("nodeName") or ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs
 from uuid import UUID
 
@@ -70,7 +70,7 @@ def parse_click_payload(payload: Any) -> Click:
         raise MalformedInteraction(f"the action {action.get('action_id')!r} "
                                    f"({action.get('type')!r}) is not a gpuops approval button")
     try:
-        flow_run_id, key = parse_button_value(action.get("value"))
+        flow_run_id, key = parse_button_value(cast(str, action.get("value")))  # else TypeError
     except (TypeError, ValueError) as e:
         raise MalformedInteraction(str(e)) from e
     return Click(user=_text_at(payload, "user", "id"), channel=_text_at(payload, "channel", "id"),

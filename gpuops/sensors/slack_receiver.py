@@ -30,7 +30,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from aiohttp import web
@@ -138,7 +138,8 @@ class SlackReceiver:
         secret = signing_secret_of(conn)
         self._secret = secret.encode()
         self.client = AsyncWebClient(token=conn.bot_token.get_secret_value(),
-                                     **({"base_url": conn.base_url} if conn.base_url else {}))
+                                     **cast(dict[str, Any], {"base_url": conn.base_url}
+                                            if conn.base_url else {}))
         self.bolt = AsyncApp(client=self.client, signing_secret=secret,
                              process_before_response=False)
         self._replays = ReplayGuard()

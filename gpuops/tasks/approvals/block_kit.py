@@ -61,8 +61,8 @@ def parse_button_value(value: str) -> tuple[UUID, str]:
 
 
 def request_blocks(request: ApprovalRequest, *, flow_run_id: str, key: str,
-                   run_url: str | None, timeout_s: int) -> list[dict]:
-    blocks: list[dict] = [
+                   run_url: str | None, timeout_s: int) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text",
                                     "text": _truncate(f"Approval needed: {request.title}", 150)}},
         {"type": "section", "text": {"type": "mrkdwn",
@@ -94,7 +94,8 @@ def request_blocks(request: ApprovalRequest, *, flow_run_id: str, key: str,
     return blocks
 
 
-def decision_blocks(request_blocks_: list[dict], verdict: str) -> list[dict]:
+def decision_blocks(request_blocks_: list[dict[str, Any]], verdict: str
+                    ) -> list[dict[str, Any]]:
     """The original message with its buttons replaced by the decision."""
     kept = [b for b in request_blocks_ if b.get("type") != "actions"]
     return kept + [{"type": "section", "text": {"type": "mrkdwn", "text": verdict}}]
@@ -163,7 +164,7 @@ class AskedApproval:
 
     channel: str
     ts: str
-    blocks: tuple[dict, ...]
+    blocks: tuple[dict[str, Any], ...]
     digest: str
     deadline: datetime  # aware; no answer by then is a "no"
     timeout_s: int

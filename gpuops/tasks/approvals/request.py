@@ -287,7 +287,8 @@ async def _wait_paused(form: type[Approval], flow_run_id: str, key: str,
     try:
         with anyio.fail_after(policy.timeout_s):
             approval = _as_plain(await pause_flow_run(
-                wait_for_input=form, key=key, poll_interval=policy.poll_interval_s,
+                wait_for_input=form,  # type: ignore[arg-type]  # Prefect's overloads miss a RunInput
+                key=key, poll_interval=policy.poll_interval_s,
                 timeout=policy.timeout_s + policy.expiry_grace_s))
     except TimeoutError:
         approval = await _close_on_timeout(flow_run_id, key, policy)

@@ -30,6 +30,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -351,7 +352,7 @@ def forecast_demand(
         filled_hours=filled, notes=tuple(notes))
 
 
-def _untested_forecast(model_name: str, history: np.ndarray, timestamps: tuple, quantile: float,
+def _untested_forecast(model_name: str, history: np.ndarray, timestamps: tuple[Any, ...], quantile: float,
                        headroom: float, filled: int, notes: list[str]) -> Forecast:
     """Fallback for histories too short to backtest: repeat what was seen, plan for its max."""
     horizon = len(timestamps)

@@ -518,20 +518,23 @@ def plan_capacity(
     demand_matrix = np.array([np.asarray(demand[m.name], dtype=float) for m in models])
     started = time.perf_counter()
     model = build_capacity_model(pools, models, demand_matrix, quotas, options)
-    model.problem.solve(solver=cp.HIGHS, time_limit=float(options.time_limit_s),
-                        mip_rel_gap=float(options.mip_rel_gap))
+    model.problem.solve(  # type: ignore[no-untyped-call]  # cvxpy's solve is untyped
+        solver=cp.HIGHS, time_limit=float(options.time_limit_s),
+        mip_rel_gap=float(options.mip_rel_gap))
     solve_s = time.perf_counter() - started
-    if not _has_solution(model.problem, model):
+    nodes_value, replicas_value = model.nodes.value, model.replicas.value
+    if not _has_solution(model.problem, model) or nodes_value is None \
+            or replicas_value is None:
         raise PlanNotFound(
             f"HiGHS returned {model.problem.status!r} without a plan after {solve_s:.1f} s; "
             f"try a larger `time_limit_s` (was {options.time_limit_s})")
 
-    nodes = np.rint(model.nodes.value).astype(int)
+    nodes = np.rint(nodes_value).astype(int)
     if model.integer_replicas:
-        replicas = np.rint(np.maximum(model.replicas.value, 0.0))
+        replicas = np.rint(np.maximum(replicas_value, 0.0))
         notes = []
     else:
-        replicas = round_replicas(model.replicas.value, model.edges, len(models))
+        replicas = round_replicas(replicas_value, model.edges, len(models))
         notes = fit_whole_replicas(nodes, replicas, pools, models, quotas, model.edges,
                                   model.upper)
     replicas = replicas.astype(int)

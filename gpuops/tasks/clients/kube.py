@@ -131,8 +131,8 @@ class Kube:
             kwargs["tail_lines"] = tail_lines
         if limit_bytes is not None:
             kwargs["limit_bytes"] = limit_bytes
-        resp = call(self.core.read_namespaced_pod_log, name, namespace,
-                    _preload_content=False, **kwargs)
+        resp: Any = call(self.core.read_namespaced_pod_log, name, namespace,
+                         _preload_content=False, **kwargs)  # the raw response
         return resp.data.decode("utf-8", errors="replace")
 
     def evict_pod(self, namespace: str, name: str, *, uid: str | None = None) -> None:

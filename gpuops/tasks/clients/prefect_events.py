@@ -45,7 +45,7 @@ async def read_stored_events(names: Sequence[str], cluster: str, since: datetime
         page = await client.read_events(filter=found, limit=50)  # the server caps a page at 50
         events.extend(page.events)
         while page.next_page and len(events) < max_events:
-            page = await client.read_events_page(page.next_page)
+            page = await client.read_events_page(str(page.next_page))
             events.extend(page.events)
     return sorted(events, key=lambda e: e.occurred)
 

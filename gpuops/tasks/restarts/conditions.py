@@ -368,7 +368,7 @@ def _node_condition(value: list[NodeConditionMatch], facts: RestartFacts,
 
 @condition("node_xid_in")
 def _node_xid(value: list[int], facts: RestartFacts, window_s: float) -> Match | None:
-    seen: dict[tuple[int, int | None, str | None], XidEvent] = {}
+    seen: dict[tuple[int, int | None, datetime | None], XidEvent] = {}
     for x in facts.evidence.node_xids:
         if x.xid in value and facts.near(x.time, window_s):
             seen.setdefault((x.xid, x.gpu, x.time), x)

@@ -309,9 +309,11 @@ def parent_blocks(restarts: Sequence[Restart], *, links: RestartLinks = RestartL
         blocks.append(evidence)
     blocks.append(_log_section(ev, clean, PARENT_LOG_LINES,
                                f"Last {PARENT_LOG_LINES} log lines"))
-    if dx.alternatives:
-        blocks.append(_context(["Other possible causes: " + ", ".join(
-            f"`{cause}` ({score:.2f})" for cause, score in dx.alternatives)]))
+    alternatives = _context(["Other possible causes: " + ", ".join(
+        f"`{cause}` ({score:.2f})" for cause, score in dx.alternatives)] if dx.alternatives
+        else [])
+    if alternatives:
+        blocks.append(alternatives)
     more = _links_context(links)
     if more:
         blocks.append(more)
