@@ -34,14 +34,20 @@ async def send_once(client: PrefectClient, method: str, path: str, *,
                     json: Any = None) -> httpx.Response:
     """One request to the Prefect API, answered as the server answered it: no client-side
     retry of a 503 or 429, no exception for an error status. A dropped connection raises
-    httpx's `TransportError`."""
+    httpx's `TransportError`.
+
+    A change sent to a server with CSRF protection carries the client's CSRF token: the
+    token it holds already, or, when the server refuses the request for want of one (403
+    "Missing CSRF token." / "Invalid CSRF token ..."), one fetched then and sent once more.
+    A server without protection costs no token request."""
     http = cast(PrefectHttpxAsyncClient, client._client)
     request = http.build_request(method, path, json=json)
-    if method.upper() in _CHANGES and http.enable_csrf_support:
-        await http._add_csrf_headers(request)
+    change = method.upper() in _CHANGES and http.enable_csrf_support
+    if change and http.csrf_token is not None:
+        await http._add_csrf_headers(request)  # (a new token only if this one expired)
     response = await httpx.AsyncClient.send(http, request)
-    if response.status_code == 403 and "Invalid CSRF token" in response.text:
-        http.csrf_token = None  # expired on the server: fetch a new one, once
+    if change and response.status_code == 403 and "CSRF token" in response.text:
+        http.csrf_token = None
         await http._add_csrf_headers(request)
         response = await httpx.AsyncClient.send(http, request)
     return response
