@@ -401,3 +401,19 @@ def test_an_eviction_a_disruption_budget_refuses_stops_the_run_and_cleans_up(
     assert {p.metadata.uid for p in _fillers(ep)} >= {p.metadata.uid for p in moving}
     assert _temporary_changes(ep) == []
     assert ep.v1.read_namespaced_pod(ep.pending, "default").spec.node_name is None
+
+
+def test_a_run_whose_step_fails_removes_its_own_temporary_changes(prefect_server, sim_factory):
+    # Every pods/status write fails: the nomination cannot be made after the taint and the
+    # toleration were; the run fails and, on its way out, takes its taint and records back.
+    ep = episode(sim_factory, approve_up_to_moves=5)
+    fillers = {p.metadata.uid for p in _fillers(ep)}
+    ep.sim.fault("api-500", count=100000, method="PATCH",
+                 path="/api/v1/namespaces/*/pods/*/status")
+
+    state = asyncio.run(gpu_rebalance(**ep.blocks, return_state=True))
+    ep.sim.fault("api-clear")
+
+    assert state.is_failed()
+    assert _temporary_changes(ep) == []
+    assert {p.metadata.uid for p in _fillers(ep)} == fillers  # nothing evicted
