@@ -33,6 +33,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,6 +278,8 @@ def run(*, nodes: str | None = None, pods: str | None = None, seeds: int = 10,
             for name, figures in replay(w, order, placement, shapes, arms, rules=rules,
                                         options=options).items():
                 per_seed.setdefault(name, []).append(figures)
+            print(f"packing: seed {seed} {placement} done at "
+                  f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     names = [n for n in arm_names(placements, [r for r in repacked if r in placements],
                                   budgets) if n in per_seed]
 
