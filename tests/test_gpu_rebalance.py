@@ -417,3 +417,60 @@ def test_a_run_whose_step_fails_removes_its_own_temporary_changes(prefect_server
     assert state.is_failed()
     assert _temporary_changes(ep) == []
     assert {p.metadata.uid for p in _fillers(ep)} == fillers  # nothing evicted
+
+
+def test_the_watchers_stranded_event_starts_the_served_run_which_repairs_after_approval(
+        prefect_server, sim_factory, slack_fake, monkeypatch, serve_deployments):
+    """As under `gpuops up`: served deployments, settings-default Blocks, an approval from the
+    Prefect UI (the default policy's wait is long, so the run suspends and runs again)."""
+    from prefect.flow_runs import resume_flow_run
+
+    from gpuops.sensors.emitter import EventSender, build_event
+
+    ep = episode(sim_factory)
+    fillers = _fillers(ep)
+    cluster = f"served-{uuid.uuid4().hex[:6]}"
+    monkeypatch.setenv("KUBECONFIG", str(ep.sim.kubeconfig))
+    monkeypatch.setenv("GPUOPS_CLUSTER_NAME", cluster)
+    monkeypatch.setenv("GPUOPS_SLACK_BASE_URL", slack_fake.base_url)
+    monkeypatch.setenv("PREFECT_RUNNER_POLL_FREQUENCY", "1")
+    serve_deployments()
+    wait_for(lambda: asyncio.run(_rebalance_deployment()) is not None, timeout=90,
+             interval=0.5, message="the rebalance deployment served")
+    event = build_event(obj="gpu", what="stranded", cluster=cluster, kind="Cluster",
+                        namespace=None, name=cluster, identity=uuid.uuid4().hex,
+                        payload={"stranded_pods": [f"default/{ep.pending}"]})
+    EventSender().send([event])
+
+    def triggered() -> Any:
+        runs = asyncio.run(_rebalance_runs())
+        return next((r for r in runs if r.parameters.get("event_id") == str(event.id)), None)
+    run = wait_for(triggered, timeout=90, interval=0.5, message="the triggered run")
+    wait_paused(str(run.id))
+    resume_flow_run(run.id, run_input={"approved": True, "approver": "alice@ui"})
+
+    def finished() -> Any:
+        now = next(r for r in asyncio.run(_rebalance_runs()) if r.id == run.id)
+        return now if now.state and now.state.is_final() else None
+    done = wait_for(finished, timeout=240, interval=1, message="the run to finish")
+    assert done.state.is_completed() and done.state.name == "Completed", done.state.message
+    _repaired(ep, fillers)
+
+
+async def _rebalance_deployment() -> Any:
+    from prefect.exceptions import ObjectNotFound
+
+    async with get_client() as c:
+        try:
+            return await c.read_deployment_by_name("gpu-rebalance/on-stranded")
+        except ObjectNotFound:
+            return None
+
+
+async def _rebalance_runs() -> list:
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    deployment = await _rebalance_deployment()
+    async with get_client() as c:
+        return await c.read_flow_runs(deployment_filter=DeploymentFilter(
+            id=DeploymentFilterId(any_=[deployment.id])), limit=200)
