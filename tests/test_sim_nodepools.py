@@ -74,10 +74,30 @@ def boto(service: str, url: str):
                         aws_access_key_id="testing", aws_secret_access_key="testing")
 
 
-def write_scenario(tmp_path: Path, gpu_size: int = 1) -> str:
+def write_scenario(tmp_path: Path, gpu_size: int = 1, zones: str | None = None) -> str:
     path = tmp_path / "pools.yaml"
-    path.write_text(SCENARIO.replace("{gpu_size}", str(gpu_size)))
+    text = SCENARIO.replace("{gpu_size}", str(gpu_size))
+    if zones:
+        text = text.replace("    backing: eks\n", f"    zones: {zones}\n    backing: eks\n")
+    path.write_text(text)
     return str(path)
+
+
+def node_group_asg(url: str) -> str:
+    group = boto("eks", url).describe_nodegroup(clusterName=CLUSTER,
+                                                nodegroupName="gpu")["nodegroup"]
+    return group["resources"]["autoScalingGroups"][0]["name"]
+
+
+def asg_instances(url: str) -> set[str]:
+    """The instances of the Auto Scaling group behind the `gpu` managed node group."""
+    groups = boto("autoscaling", url).describe_auto_scaling_groups(
+        AutoScalingGroupNames=[node_group_asg(url)])["AutoScalingGroups"]
+    return {i["InstanceId"] for i in groups[0]["Instances"]} if groups else set()
+
+
+def node_instances(sim, pool: str) -> set[str]:
+    return {n.spec.provider_id.rsplit("/", 1)[-1] for n in pool_nodes(sim.api, pool)}
 
 
 def pool_nodes(api: client.ApiClient, pool: str) -> list:
@@ -115,7 +135,7 @@ def free_gpus(api: client.ApiClient, node) -> int:
 
 def test_pools_create_their_eks_node_group_and_auto_scaling_group_in_moto(sim_factory, aws,
                                                                          tmp_path):
-    sim_factory(write_scenario(tmp_path, gpu_size=2), aws_endpoint=aws)
+    sim = sim_factory(write_scenario(tmp_path, gpu_size=2), aws_endpoint=aws)
     eks = boto("eks", aws)
     group = wait_for(lambda: eks.describe_nodegroup(clusterName=CLUSTER,
                                                     nodegroupName="gpu")["nodegroup"],
@@ -123,9 +143,13 @@ def test_pools_create_their_eks_node_group_and_auto_scaling_group_in_moto(sim_fa
     assert group["scalingConfig"] == {"minSize": 0, "maxSize": 4, "desiredSize": 2}
     assert group["instanceTypes"] == ["p5.48xlarge"]
     asg = boto("autoscaling", aws)
-    groups = wait_for(lambda: asg.describe_auto_scaling_groups(
-        AutoScalingGroupNames=[f"{CLUSTER}-l4"])["AutoScalingGroups"], message="the l4 ASG")
+    groups = wait_for(lambda: (g := asg.describe_auto_scaling_groups(
+        AutoScalingGroupNames=[f"{CLUSTER}-l4"])["AutoScalingGroups"]) and g[0]["Instances"]
+        and g, message="the l4 ASG with its node's instance")
     assert groups[0]["DesiredCapacity"] == 1
+    [node] = pool_nodes(sim.api, "l4")
+    assert [i["InstanceId"] for i in groups[0]["Instances"]] == [
+        node.spec.provider_id.rsplit("/", 1)[-1]]  # the node is the group's instance
 
 
 def test_scaling_a_node_group_out_adds_nodes_notready_then_ready_then_with_gpus(
@@ -174,42 +198,94 @@ def test_raising_min_size_prewarms_nodes_as_on_real_eks(sim_factory, aws, tmp_pa
     wait_for(lambda: len(pool_nodes(sim.api, "gpu")) == 3, message="3 gpu nodes")
 
 
-def test_scale_in_removes_empty_nodes_first_and_drains_busy_ones(sim_factory, aws, tmp_path):
-    sim = sim_factory(write_scenario(tmp_path, gpu_size=3), aws_endpoint=aws)
+def test_a_bare_node_group_decrease_removes_the_node_aws_picks_even_a_busy_one(sim_factory, aws,
+                                                                             tmp_path):
+    """AWS's default termination policy balances zones first and never asks what runs on a
+    node: lowering desiredSize can take a busy GPU node and keep an empty one."""
+    sim = sim_factory(write_scenario(tmp_path, gpu_size=3, zones="[us-east-1a, us-east-1b]"),
+                      aws_endpoint=aws)
     v1 = client.CoreV1Api(sim.api)
     eks = boto("eks", aws)
-    wait_for(lambda: eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName="gpu"),
-             message="the gpu node group")
-    nodes = sorted(n.metadata.name for n in pool_nodes(sim.api, "gpu"))
-    v1.create_namespaced_pod("default", gpu_pod("busy-a", nodes[0]))
-    v1.create_namespaced_pod("default", gpu_pod("busy-b", nodes[1]))
+    wait_for(lambda: asg_instances(aws) == node_instances(sim, "gpu"),
+             message="the gpu nodes as instances of the node group's Auto Scaling group")
+    by_zone: dict[str, list[str]] = {}
+    for node in pool_nodes(sim.api, "gpu"):
+        by_zone.setdefault(node.metadata.labels["topology.kubernetes.io/zone"], []).append(
+            node.metadata.name)
+    crowded = max(by_zone, key=lambda z: len(by_zone[z]))
+    assert sorted(len(names) for names in by_zone.values()) == [1, 2]
+    for i, name in enumerate(by_zone[crowded]):  # both nodes of the crowded zone are busy
+        v1.create_namespaced_pod("default", gpu_pod(f"busy-{i}", name))
 
     eks.update_nodegroup_config(clusterName=CLUSTER, nodegroupName="gpu",
                                 scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 2})
-    wait_for(lambda: sorted(n.metadata.name for n in pool_nodes(sim.api, "gpu")) == nodes[:2],
-             message="the empty node removed")
-
-    eks.update_nodegroup_config(clusterName=CLUSTER, nodegroupName="gpu",
-                                scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 1})
     cordoned = wait_for(lambda: [n for n in pool_nodes(sim.api, "gpu") if n.spec.unschedulable],
                         message="a node cordoned for scale-in")
     victim = cordoned[0].metadata.name
-    assert ("node.kubernetes.io/unschedulable", "NoSchedule") in taint_keys(cordoned[0])
+    assert victim in by_zone[crowded]  # zone balance: a busy node goes, the empty one stays
     sim.advance(40)  # past the pods' termination grace period
-    wait_for(lambda: [n.metadata.name for n in pool_nodes(sim.api, "gpu")] != [] and
-             victim not in {n.metadata.name for n in pool_nodes(sim.api, "gpu")},
-             message="the drained node removed")
-    assert len(pool_nodes(sim.api, "gpu")) == 1
-    left = {p.metadata.name for p in v1.list_namespaced_pod("default").items}
-    assert len(left) == 1  # the drained node's pod is gone, the other one stays
+    wait_for(lambda: victim not in {n.metadata.name for n in pool_nodes(sim.api, "gpu")},
+             message="the busy node removed")
+    assert len(pool_nodes(sim.api, "gpu")) == 2
+    assert len(asg_instances(aws)) == 2
+    left = [p.metadata.name for p in v1.list_namespaced_pod("default").items
+            if p.metadata.deletion_timestamp is None]
+    assert len(left) == 1  # one of the two busy pods went with its node
+
+
+def test_terminating_a_nodes_instance_with_decrement_removes_exactly_that_node(sim_factory, aws,
+                                                                             tmp_path):
+    """What cluster-autoscaler does, on the Auto Scaling group behind a managed node group:
+    the chosen node goes, the others stay, and the node group shows the new size."""
+    sim = sim_factory(write_scenario(tmp_path, gpu_size=3, zones="[us-east-1a, us-east-1b]"),
+                      aws_endpoint=aws)
+    eks = boto("eks", aws)
+    wait_for(lambda: asg_instances(aws) == node_instances(sim, "gpu"),
+             message="the gpu nodes as instances of the node group's Auto Scaling group")
+    nodes = {n.metadata.name: n.spec.provider_id.rsplit("/", 1)[-1]
+             for n in pool_nodes(sim.api, "gpu")}
+    chosen = max(nodes)
+    boto("autoscaling", aws).terminate_instance_in_auto_scaling_group(
+        InstanceId=nodes[chosen], ShouldDecrementDesiredCapacity=True)
+    wait_for(lambda: {n.metadata.name for n in pool_nodes(sim.api, "gpu")} == set(nodes) - {
+        chosen}, message="exactly the chosen node removed")
+    group = wait_for(lambda: (g := eks.describe_nodegroup(
+        clusterName=CLUSTER, nodegroupName="gpu")["nodegroup"])["scalingConfig"][
+        "desiredSize"] == 2 and g, message="the node group's desiredSize following its group")
+    assert group["scalingConfig"]["desiredSize"] == 2
+    sim.advance(30)
+    assert {n.metadata.name for n in pool_nodes(sim.api, "gpu")} == set(nodes) - {chosen}
+
+
+def test_a_bare_decrease_spares_instances_protected_from_scale_in(sim_factory, aws, tmp_path):
+    sim = sim_factory(write_scenario(tmp_path, gpu_size=3, zones="[us-east-1a, us-east-1b]"),
+                      aws_endpoint=aws)
+    eks = boto("eks", aws)
+    wait_for(lambda: asg_instances(aws) == node_instances(sim, "gpu"),
+             message="the gpu nodes as instances of the node group's Auto Scaling group")
+    by_zone: dict[str, list[str]] = {}
+    for node in pool_nodes(sim.api, "gpu"):
+        by_zone.setdefault(node.metadata.labels["topology.kubernetes.io/zone"], []).append(
+            node.spec.provider_id.rsplit("/", 1)[-1])
+    crowded = max(by_zone, key=lambda z: len(by_zone[z]))
+    [lone] = next(ids for zone, ids in by_zone.items() if zone != crowded)
+    boto("autoscaling", aws).set_instance_protection(
+        InstanceIds=by_zone[crowded], AutoScalingGroupName=node_group_asg(aws),
+        ProtectedFromScaleIn=True)
+    eks.update_nodegroup_config(clusterName=CLUSTER, nodegroupName="gpu",
+                                scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 2})
+    wait_for(lambda: lone not in node_instances(sim, "gpu"),
+             message="the only unprotected instance's node removed")
+    assert node_instances(sim, "gpu") == set(by_zone[crowded])
 
 
 def test_an_asg_pool_follows_its_instances(sim_factory, aws, tmp_path):
     sim = sim_factory(write_scenario(tmp_path), aws_endpoint=aws)
     asg = boto("autoscaling", aws)
     name = f"{CLUSTER}-l4"
-    wait_for(lambda: asg.describe_auto_scaling_groups(
-        AutoScalingGroupNames=[name])["AutoScalingGroups"], message="the l4 ASG")
+    wait_for(lambda: (g := asg.describe_auto_scaling_groups(
+        AutoScalingGroupNames=[name])["AutoScalingGroups"]) and g[0]["Instances"],
+        message="the l4 ASG with its node's instance")
     before = {n.metadata.name for n in pool_nodes(sim.api, "l4")}
     asg.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=2)
     group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]

@@ -1,6 +1,21 @@
 """Node pools' AWS side in moto: an EKS cluster with a managed node group per `eks` pool, a
 launch template and Auto Scaling group per `asg` pool, and reading back their desired sizes.
 
+Every pool's nodes are instances of an Auto Scaling group, as on AWS, so that
+`TerminateInstanceInAutoScalingGroup` on a node's instance (its providerID) removes exactly
+that node: the `asg` pool's own group, and for an `eks` pool the group behind its managed
+node group (moto names one in `describe_nodegroup`'s `resources.autoScalingGroups` but does
+not create it: this module does). The nodes a scenario starts with get an EC2 instance each
+in their zone, attached to the group, and their providerID names it.
+
+A managed node group's sizes drive its group as EKS's control plane does: a new desiredSize
+(or minSize, which pre-warms: FACTS.md) is applied to the group; a bare decrease terminates
+the instances the group's default termination policy picks (`termination.py`: zone balance,
+then outdated launch templates, then the next billing hour, never what runs on them); a
+change made on the group itself (a terminate with decrement) shows in the node group's
+desiredSize. A self-managed `asg` pool's bare `SetDesiredCapacity` decrease is moto's to
+carry out: it terminates the first unprotected instances of its list, not AWS's choice.
+
 `AwsBacking` makes blocking boto3 calls; `AwsPoolSync`, the controller, runs each of them in a
 thread (`asyncio.to_thread`) so the cluster's event loop never waits on AWS.
 """
@@ -20,7 +35,7 @@ from ..core.clock import VirtualClock
 from .nodes import REGION
 
 if TYPE_CHECKING:
-    from .nodepools import NodePoolController
+    from .nodepools import NodePoolController, PoolRuntime
     from .pools import NodePool
 
 log = logging.getLogger("gpuops.simcluster.aws")
@@ -32,10 +47,14 @@ _TAINT_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE",
 
 @dataclass(frozen=True)
 class GroupSize:
-    """What AWS wants a pool to have: a node count, and for an ASG its live instances."""
+    """What AWS wants a pool to have: a node count, and its group's live instances."""
 
     desired: int
     instances: dict[str, str] | None = None  # ASG instance id -> availability zone
+    protected: frozenset[str] = frozenset()  # instances protected from scale in
+    group: str = ""  # the Auto Scaling group's name
+    group_desired: int | None = None  # the group's own DesiredCapacity
+    nodegroup: tuple[int, int, int] | None = None  # an EKS node group's (desired, min, max)
 
 
 class NotFound(Exception):
@@ -115,12 +134,17 @@ class AwsBacking:
                                             AvailabilityZone=zone)["Subnet"]
             self._subnets[zone] = subnet["SubnetId"]
 
-    def ensure_pool(self, pool: NodePool, current_nodes: int) -> None:
-        """Create the pool's node group / ASG sized to the nodes it has now, or adopt it."""
+    def ensure_pool(self, pool: NodePool, nodes: list[tuple[str, str]]) -> dict[str, str]:
+        """Create the pool's node group and its Auto Scaling group sized to `nodes` (name,
+        zone), each node an instance of it; or adopt what exists. Returns node -> instance
+        id for the nodes given instances (none when the group was adopted)."""
         self._create_subnets([z for z in pool.zones if z not in self._subnets])
         subnets = [self._subnets[z] for z in pool.zones]
         name = pool.aws_group_name(self.cluster_name)
-        desired = min(max(current_nodes, pool.min_size), pool.max_size)
+        desired = min(max(len(nodes), pool.min_size), pool.max_size)
+        tags = [("gpuops.io/pool", pool.name),
+                (f"kubernetes.io/cluster/{self.cluster_name}", "owned"),
+                ("k8s.io/cluster-autoscaler/enabled", "true")]
         if pool.backing == "eks":
             try:
                 self.eks.create_nodegroup(
@@ -141,32 +165,80 @@ class AwsBacking:
                 if _code(e) != "ResourceInUseException":
                     raise
                 log.info("adopting existing EKS node group %s", name)
-            return
+            group = self.nodegroup_asg(pool)
+            template = f"eks-{self.cluster_name}-{name}"
+            tags += [("eks:cluster-name", self.cluster_name), ("eks:nodegroup-name", name)]
+        else:
+            group = template = name
         try:
-            self.ec2.create_launch_template(LaunchTemplateName=name, LaunchTemplateData={
+            self.ec2.create_launch_template(LaunchTemplateName=template, LaunchTemplateData={
                 "ImageId": "ami-12c6146b", "InstanceType": pool.instance_type})
         except ClientError as e:
             if "AlreadyExists" not in _code(e):
                 raise
         try:
             self.autoscaling.create_auto_scaling_group(
-                AutoScalingGroupName=name,
-                LaunchTemplate={"LaunchTemplateName": name, "Version": "$Latest"},
-                MinSize=pool.min_size, MaxSize=pool.max_size, DesiredCapacity=desired,
+                AutoScalingGroupName=group,
+                LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"},
+                MinSize=0, MaxSize=pool.max_size, DesiredCapacity=0,
                 VPCZoneIdentifier=",".join(subnets),
-                Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in (
-                    ("gpuops.io/pool", pool.name),
-                    (f"kubernetes.io/cluster/{self.cluster_name}", "owned"),
-                    ("k8s.io/cluster-autoscaler/enabled", "true"))])
+                Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": True} for k, v in tags])
         except ClientError as e:
             if _code(e) != "AlreadyExists":
                 raise
-            log.info("adopting existing Auto Scaling group %s", name)
+            log.info("adopting existing Auto Scaling group %s", group)
+            return {}
+        adopted = {node: self._launch(pool, template, zone) for node, zone in nodes}
+        if adopted:
+            self.autoscaling.attach_instances(AutoScalingGroupName=group,
+                                              InstanceIds=list(adopted.values()))
+        resize = {"DesiredCapacity": desired} if desired != len(adopted) else {}
+        self.autoscaling.update_auto_scaling_group(
+            AutoScalingGroupName=group, MinSize=min(pool.min_size, desired), **resize)
+        return adopted
+
+    def _launch(self, pool: NodePool, template: str, zone: str) -> str:
+        """An EC2 instance for a node that exists already, in its zone."""
+        if zone not in self._subnets:
+            self._create_subnets([zone])
+        reservation = self.ec2.run_instances(
+            LaunchTemplate={"LaunchTemplateName": template}, MinCount=1, MaxCount=1,
+            InstanceType=pool.instance_type, Placement={"AvailabilityZone": zone},
+            SubnetId=self._subnets[zone])
+        return reservation["Instances"][0]["InstanceId"]
+
+    def nodegroup_asg(self, pool: NodePool) -> str:
+        """The Auto Scaling group EKS names for a managed node group."""
+        group = self.eks.describe_nodegroup(clusterName=self.cluster_name,
+                                            nodegroupName=pool.aws_group_name(
+                                                self.cluster_name))["nodegroup"]
+        groups = (group.get("resources") or {}).get("autoScalingGroups") or []
+        return groups[0]["name"] if groups else f"eks-{group['nodegroupName']}"
+
+    # --- changing ------------------------------------------------------------------------------
+
+    def terminate(self, instance_id: str) -> None:
+        """What a managed node group's scale-in does to the instance its group picks."""
+        self.autoscaling.terminate_instance_in_auto_scaling_group(
+            InstanceId=instance_id, ShouldDecrementDesiredCapacity=True)
+
+    def size_group(self, group: str, desired: int, min_size: int, max_size: int) -> None:
+        self.autoscaling.update_auto_scaling_group(
+            AutoScalingGroupName=group, MinSize=min(min_size, desired),
+            MaxSize=max(max_size, desired), DesiredCapacity=desired)
+
+    def follow_group(self, pool: NodePool, desired: int, min_size: int, max_size: int) -> None:
+        """EKS shows a change made on the node group's Auto Scaling group."""
+        self.eks.update_nodegroup_config(
+            clusterName=self.cluster_name, nodegroupName=pool.aws_group_name(self.cluster_name),
+            scalingConfig={"minSize": min(min_size, desired), "maxSize": max_size,
+                           "desiredSize": desired})
 
     # --- reading -------------------------------------------------------------------------------
 
     def read_size(self, pool: NodePool) -> GroupSize:
         name = pool.aws_group_name(self.cluster_name)
+        nodegroup = None
         if pool.backing == "eks":
             try:
                 group = self.eks.describe_nodegroup(clusterName=self.cluster_name,
@@ -176,18 +248,26 @@ class AwsBacking:
                     raise NotFound(name) from e
                 raise
             scaling = group.get("scalingConfig") or {}
-            return GroupSize(effective_desired(int(scaling.get("desiredSize", 0)),
-                                               int(scaling.get("minSize", 0)),
-                                               int(scaling.get("maxSize", 0))))
-        groups = self.autoscaling.describe_auto_scaling_groups(
+            nodegroup = (int(scaling.get("desiredSize", 0)), int(scaling.get("minSize", 0)),
+                         int(scaling.get("maxSize", 0)))
+            groups = (group.get("resources") or {}).get("autoScalingGroups") or []
+            name = groups[0]["name"] if groups else f"eks-{name}"
+        found = self.autoscaling.describe_auto_scaling_groups(
             AutoScalingGroupNames=[name])["AutoScalingGroups"]
-        if not groups:
+        if not found:
             raise NotFound(name)
-        group = groups[0]
-        instances = {i["InstanceId"]: i["AvailabilityZone"] for i in group.get("Instances", [])
-                     if i.get("LifecycleState", "InService") in ("InService", "Pending")}
-        return GroupSize(effective_desired(int(group["DesiredCapacity"]), int(group["MinSize"]),
-                                           int(group["MaxSize"])), instances)
+        asg = found[0]
+        live = [i for i in asg.get("Instances", [])
+                if i.get("LifecycleState", "InService") in ("InService", "Pending")]
+        instances = {i["InstanceId"]: i["AvailabilityZone"] for i in live}
+        protected = frozenset(i["InstanceId"] for i in live if i.get("ProtectedFromScaleIn"))
+        if nodegroup is not None:
+            desired = effective_desired(*nodegroup)
+        else:
+            desired = effective_desired(int(asg["DesiredCapacity"]), int(asg["MinSize"]),
+                                        int(asg["MaxSize"]))
+        return GroupSize(desired, instances, protected, name, int(asg["DesiredCapacity"]),
+                         nodegroup)
 
 
 def _code(error: ClientError) -> str:
@@ -219,11 +299,14 @@ class AwsPoolSync:
                     cluster_ready = True
                 for runtime in backed:
                     if not runtime.aws_created:
-                        count = len(self.pools.index.pool_nodes(runtime.pool.name))
-                        await asyncio.to_thread(aws.ensure_pool, runtime.pool, count)
+                        nodes = self.pools.nodes_and_zones(runtime)
+                        adopted = await asyncio.to_thread(aws.ensure_pool, runtime.pool, nodes)
+                        self.pools.adopt_instances(runtime, adopted)
                         runtime.aws_created = True
                     try:
                         size = await asyncio.to_thread(aws.read_size, runtime.pool)
+                        if size.nodegroup is not None:
+                            size = await self._drive_group(aws, runtime, size)
                     except NotFound:
                         log.warning("pool %s: its AWS group is gone; creating it again",
                                     runtime.pool.name)
@@ -233,3 +316,28 @@ class AwsPoolSync:
             except (BotoCoreError, ClientError) as e:
                 log.warning("node pools: AWS at %s answered %s; retrying", endpoint, e)
             await self.clock.sleep(self.interval, min_real=0.2)
+
+    async def _drive_group(self, aws: AwsBacking, runtime: PoolRuntime,
+                           size: GroupSize) -> GroupSize:
+        """A managed node group and its Auto Scaling group, kept in step as EKS does."""
+        assert size.nodegroup is not None and size.instances is not None
+        if size.nodegroup != runtime.seen_nodegroup:  # the node group was changed
+            runtime.seen_nodegroup = size.nodegroup
+            extra = len(size.instances) - size.desired
+            if extra > 0:
+                for instance in self.pools.termination_victims(runtime, size, extra):
+                    await asyncio.to_thread(aws.terminate, instance)
+            _, low, high = size.nodegroup
+            await asyncio.to_thread(aws.size_group, size.group, size.desired, low, high)
+        elif size.group_desired != runtime.seen_group_desired and \
+                size.group_desired != size.desired and size.group_desired is not None:
+            _, low, high = size.nodegroup  # changed on the group: EKS shows it
+            await asyncio.to_thread(aws.follow_group, runtime.pool, size.group_desired, low,
+                                    high)
+        else:
+            runtime.seen_group_desired = size.group_desired
+            return size
+        size = await asyncio.to_thread(aws.read_size, runtime.pool)
+        runtime.seen_nodegroup = size.nodegroup
+        runtime.seen_group_desired = size.group_desired
+        return size

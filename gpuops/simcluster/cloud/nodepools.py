@@ -4,8 +4,10 @@ A pool's desired size comes from AWS when `aws_endpoint` is set and the pool is 
 EKS managed node group or an Auto Scaling group (in moto); otherwise it is static and changes
 only through the `scale-pool` fault. The controller converges on it: a new node registers
 NotReady at once, turns Ready after the pool's provisioning lag and advertises its GPUs
-`gpuPluginDelaySeconds` later (the device plugin); scale-in cordons a node (cordoned, then
-emptiest, then youngest first), deletes its pods and removes it once they are gone.
+`gpuPluginDelaySeconds` later (the device plugin); scale-in cordons a node, deletes its pods
+and removes it once they are gone. Which node goes on a bare decrease of the size is the Auto
+Scaling group's default termination policy's choice (`termination.py`: zone balance first,
+never how busy a node is), as on AWS; an instance terminated in AWS removes its own node.
 
 The pools themselves are `pools.py`'s catalog (scenario loading adds to it); nodes carry their
 pool in the `gpuops.io/pool` label.
@@ -39,6 +41,7 @@ from ..core.store import Store
 from .fragmentation import FragmentParams, GpuFragmentation
 from .nodes import advertise_gpus, gpu_feature_labels
 from .pools import NodePool, NodePools
+from .termination import Instance, termination_order
 
 if TYPE_CHECKING:
     from .aws import GroupSize
@@ -67,6 +70,9 @@ class PoolRuntime:
     # nodes take only instances launched later.
     preexisting: set[str] | None = None
     aws_created: bool = False
+    protected: frozenset[str] = frozenset()  # instances protected from scale in
+    seen_nodegroup: tuple[int, int, int] | None = None  # an EKS node group's sizes, last read
+    seen_group_desired: int | None = None  # its Auto Scaling group's, last read
 
 
 class NodePoolController:
@@ -109,6 +115,7 @@ class NodePoolController:
 
     def apply_group_size(self, runtime: PoolRuntime, size: GroupSize) -> None:
         runtime.desired = size.desired
+        runtime.protected = size.protected
         if size.instances is not None:
             if runtime.preexisting is None:
                 runtime.preexisting = set(size.instances)
@@ -132,7 +139,7 @@ class NodePoolController:
             for _ in range(runtime.desired - len(live)):
                 self._provision(runtime, live, now)
         elif len(live) > runtime.desired:
-            for name in self._scale_in_order(live)[: len(live) - runtime.desired]:
+            for name in self._scale_in_victims(runtime, live, len(live) - runtime.desired):
                 self._start_removal(runtime, name, now)
 
     def _provision(self, runtime: PoolRuntime, live: list[str], now: float) -> None:
@@ -157,15 +164,60 @@ class NodePoolController:
         self._at(now + pool.provisioning_lag_seconds, "ready", node)
         log.info("pool %s: provisioning node %s", pool.name, node["metadata"]["name"])
 
-    def _scale_in_order(self, names: list[str]) -> list[str]:
-        """Cordoned nodes first, then the emptiest, then the youngest."""
-        def key(name: str) -> tuple[bool, int, float]:
+    def _scale_in_victims(self, runtime: PoolRuntime, names: list[str], count: int) -> list[str]:
+        """The nodes a bare decrease of the group by `count` terminates: the default
+        termination policy over their instances (not the emptiest, as AWS does not know)."""
+        instances = []
+        for name in names:
             node = self._node(name)
-            cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+            instance = _instance_of(node) or name
+            zone = (node["metadata"].get("labels") or {}).get("topology.kubernetes.io/zone", "")
             created = node["metadata"].get("creationTimestamp")
-            return (not cordoned, self.index.pod_count(name),
-                    -parse_rfc3339(created) if created else 0.0)
-        return sorted(names, key=key)
+            instances.append(Instance(name, instance, zone,
+                                      parse_rfc3339(created) if created else 0.0,
+                                      instance in runtime.protected))
+        return termination_order(instances, count, self.clock.time())
+
+    def termination_victims(self, runtime: PoolRuntime, size: GroupSize, count: int
+                            ) -> list[str]:
+        """The instances of a managed node group's Auto Scaling group its default termination
+        policy picks for a scale-in by `count` (instances without a node yet count as just
+        launched)."""
+        nodes = {_instance_of(self._node(n)): self._node(n)
+                 for n in self.index.pool_nodes(runtime.pool.name)}
+        now = self.clock.time()
+        instances = []
+        for instance, zone in sorted((size.instances or {}).items()):
+            created = (nodes.get(instance) or {}).get("metadata", {}).get("creationTimestamp")
+            instances.append(Instance(instance, instance, zone,
+                                      parse_rfc3339(created) if created else now,
+                                      instance in size.protected))
+        return termination_order(instances, count, now)
+
+    def nodes_and_zones(self, runtime: PoolRuntime) -> list[tuple[str, str]]:
+        """The pool's nodes with their zones, for their group to give each an instance."""
+        out = []
+        for name in sorted(self.index.pool_nodes(runtime.pool.name)):
+            labels = self._node(name)["metadata"].get("labels") or {}
+            out.append((name, labels.get("topology.kubernetes.io/zone")
+                        or runtime.pool.zones[0]))
+        return out
+
+    def adopt_instances(self, runtime: PoolRuntime, adopted: dict[str, str]) -> None:
+        """The pool's nodes are the instances AWS now has for them: their providerID says so
+        (the nodes registered before AWS was reachable)."""
+        for name, instance in adopted.items():
+            if self.store.find(self.index.nodes_type, None, name) is None:
+                continue
+
+            def point(node: Obj, instance: str = instance) -> None:
+                zone = (node["metadata"].get("labels") or {}).get(
+                    "topology.kubernetes.io/zone", runtime.pool.zones[0])
+                node.setdefault("spec", {})["providerID"] = f"aws:///{zone}/{instance}"
+
+            self.store.mutate(self.index.nodes_type, None, name, point)
+        if adopted:
+            runtime.preexisting = set()  # every instance found at the first read has a node
 
     def _start_removal(self, runtime: PoolRuntime, name: str, now: float) -> None:
         if name in runtime.removing or self.store.find(self.index.nodes_type, None, name) is None:
