@@ -97,7 +97,8 @@ def test_packing_bench_reports_every_arm_at_every_arrival_point(tmp_path, capsys
 
     nodes, pods = _write_trace(tmp_path, with_spec=with_spec)
     result = packing.main(json_output=True, nodes=str(nodes), pods=str(pods), seeds=2,
-                          stress=with_spec, time_limit_s=2, chart=str(tmp_path / "c.png"))
+                          stress=with_spec, time_limit_s=2, chart=str(tmp_path / "c.png"),
+                          churn_steps=2, churn_seeds=1)
     last_line = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last_line) == result
     arms = set(packing.arm_names())
@@ -108,6 +109,10 @@ def test_packing_bench_reports_every_arm_at_every_arrival_point(tmp_path, capsys
     assert set(result["plan_s"]) == arms
     assert result["nodes"] == 12 and result["pods_in_list"] == 120
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
+    churn = result["synthetic_churn"]
+    assert churn["label"].startswith("SYNTHETIC")
+    assert {"default", "best_fit+gpuops-1", "default+fragmultipod-1"} <= set(
+        churn["unallocated_gpu_pct_mean"])
     # a budget of 5 % never moves more than 5 % of the running pods
     assert all(result["pods_moved_pct"][f"{p}+{k}-5"]["100"] <= 5.0
                for p in ("default", "best_fit") for k in ("gpuops", "fragmultipod"))

@@ -86,3 +86,18 @@ def test_a_running_pod_on_a_device_the_node_does_not_have_is_refused_naming_the_
                 (Pod("p", gpu_count=1, node="a", gpu_ids=(2,)),))
     with pytest.raises(ConfigError, match=r"gpu_milli: is per GPU"):
         Pod("p", gpu_count=1, gpu_milli=1500)
+
+
+def test_cluster_measures_give_the_sensor_stranded_gpus_fragmentation_and_pending_shapes():
+    from gpuops.tasks.rebalance.fragmentation import cluster_measures
+
+    nodes = (Node("a", 32000, 10**5, gpus=2), Node("b", 32000, 10**5, gpus=2))
+    running = (Pod("r", cpu_milli=1000, gpu_count=1, node="a", gpu_ids=(0,)),
+               Pod("s", cpu_milli=1000, gpu_count=1, node="b", gpu_ids=(1,)))
+    pending = (Pod("w1", cpu_milli=2000, gpu_count=2), Pod("w2", cpu_milli=2000, gpu_count=2))
+    shapes = typical_shapes([(2000, 2, 1000, ANY)])
+    m = cluster_measures(Cluster(nodes, running, pending), shapes)
+    assert m.stranded_gpus == 2.0  # one free GPU on each node, the 2-GPU pods fit neither
+    assert m.fragmentation_gpus == 2.0 and m.fragmentation_by_node == {"a": 1.0, "b": 1.0}
+    assert m.free_gpus_by_node == {"a": 1.0, "b": 1.0}
+    assert m.pending_gpu_pods_by_shape == {"2x1000m cpu=2000m": 2}

@@ -125,6 +125,21 @@ def test_each_rule_alone_keeps_the_cheap_pod_in_place_and_the_dear_one_moves(met
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_a_high_priority_pending_pod_never_licenses_moving_a_pod_for_a_low_priority_one(method):
+    nodes = (Node("a", 16000, 64000, gpus=2), Node("b", 16000, 64000, gpus=2),
+             Node("c", 16000, 64000, gpus=1))
+    q = gpu_pod("q", "a", devices=(0,), priority=5)  # the cheap move, but above "low"
+    r = gpu_pod("r", "b", devices=(0,), priority=0, move_cost=5)
+    pending = (gpu_pod("urgent", priority=10), gpu_pod("low", gpus=2, priority=0))
+    cluster = Cluster(nodes, (q, r), pending)
+    plan = plan_repack(cluster, RepackOptions(method=method))
+    assert [m.pod for m in plan.moves] == ["default/r"]
+    assert {x.pod: x.node for x in plan.landings}["default/low"] == "b"
+    assert len(plan.landings) == 2
+    applied(cluster, plan)
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_local_storage_may_move_when_allowed(method):
     cluster = two_by_two(s2=gpu_pod("s2", "b", devices=(0,), local_storage=True))
     plan = plan_repack(cluster, RepackOptions(method=method, allow_local_storage=True))

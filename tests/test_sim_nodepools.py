@@ -206,8 +206,8 @@ def test_a_bare_node_group_decrease_removes_the_node_aws_picks_even_a_busy_one(s
                       aws_endpoint=aws)
     v1 = client.CoreV1Api(sim.api)
     eks = boto("eks", aws)
-    wait_for(lambda: asg_instances(aws) == node_instances(sim, "gpu"),
-             message="the gpu nodes as instances of the node group's Auto Scaling group")
+    wait_for(lambda: eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName="gpu"),
+             timeout=30, message="the gpu node group")
     by_zone: dict[str, list[str]] = {}
     for node in pool_nodes(sim.api, "gpu"):
         by_zone.setdefault(node.metadata.labels["topology.kubernetes.io/zone"], []).append(
@@ -240,7 +240,7 @@ def test_terminating_a_nodes_instance_with_decrement_removes_exactly_that_node(s
     sim = sim_factory(write_scenario(tmp_path, gpu_size=3, zones="[us-east-1a, us-east-1b]"),
                       aws_endpoint=aws)
     eks = boto("eks", aws)
-    wait_for(lambda: asg_instances(aws) == node_instances(sim, "gpu"),
+    wait_for(lambda: asg_instances(aws) == node_instances(sim, "gpu"), timeout=30,
              message="the gpu nodes as instances of the node group's Auto Scaling group")
     nodes = {n.metadata.name: n.spec.provider_id.rsplit("/", 1)[-1]
              for n in pool_nodes(sim.api, "gpu")}
@@ -248,7 +248,7 @@ def test_terminating_a_nodes_instance_with_decrement_removes_exactly_that_node(s
     boto("autoscaling", aws).terminate_instance_in_auto_scaling_group(
         InstanceId=nodes[chosen], ShouldDecrementDesiredCapacity=True)
     wait_for(lambda: {n.metadata.name for n in pool_nodes(sim.api, "gpu")} == set(nodes) - {
-        chosen}, message="exactly the chosen node removed")
+        chosen}, timeout=30, message="exactly the chosen node removed")
     group = wait_for(lambda: (g := eks.describe_nodegroup(
         clusterName=CLUSTER, nodegroupName="gpu")["nodegroup"])["scalingConfig"][
         "desiredSize"] == 2 and g, message="the node group's desiredSize following its group")
@@ -261,7 +261,7 @@ def test_a_bare_decrease_spares_instances_protected_from_scale_in(sim_factory, a
     sim = sim_factory(write_scenario(tmp_path, gpu_size=3, zones="[us-east-1a, us-east-1b]"),
                       aws_endpoint=aws)
     eks = boto("eks", aws)
-    wait_for(lambda: asg_instances(aws) == node_instances(sim, "gpu"),
+    wait_for(lambda: asg_instances(aws) == node_instances(sim, "gpu"), timeout=30,
              message="the gpu nodes as instances of the node group's Auto Scaling group")
     by_zone: dict[str, list[str]] = {}
     for node in pool_nodes(sim.api, "gpu"):
@@ -281,6 +281,7 @@ def test_a_bare_decrease_spares_instances_protected_from_scale_in(sim_factory, a
 
 def test_an_asg_pool_follows_its_instances(sim_factory, aws, tmp_path):
     sim = sim_factory(write_scenario(tmp_path), aws_endpoint=aws)
+    v1 = client.CoreV1Api(sim.api)
     asg = boto("autoscaling", aws)
     name = f"{CLUSTER}-l4"
     wait_for(lambda: (g := asg.describe_auto_scaling_groups(
@@ -299,6 +300,15 @@ def test_an_asg_pool_follows_its_instances(sim_factory, aws, tmp_path):
                                                  ShouldDecrementDesiredCapacity=True)
     wait_for(lambda: {n.metadata.name for n in pool_nodes(sim.api, "l4")} == before,
              message="the terminated instance's node removed")
+
+    # The scenario's own node is an instance of the group too: terminating it removes it.
+    [first] = before
+    instance = v1.read_node(first).spec.provider_id.rsplit("/", 1)[-1]
+    asg.terminate_instance_in_auto_scaling_group(InstanceId=instance,
+                                                 ShouldDecrementDesiredCapacity=True)
+    wait_for(lambda: not pool_nodes(sim.api, "l4"), message="the scenario's node removed")
+    group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
+    assert (group["DesiredCapacity"], group["Instances"]) == (0, [])
 
 
 # --- static pools and node faults --------------------------------------------------------------

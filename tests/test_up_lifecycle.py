@@ -211,6 +211,23 @@ def _restart_runs(client: Any) -> Any:
 
 
 # Keep this test last: it stops the module's `gpuops up`.
+def test_the_stacks_prometheus_scrapes_the_watchers_gpu_gauges(up: Up) -> None:
+    """The GPU gauges can be graphed next to DCGM: the watcher serves them, Prometheus has them."""
+    import json
+    from urllib.parse import quote
+
+    env = up.env_sh()
+    watcher = f"http://127.0.0.1:{env['GPUOPS_WATCHER_METRICS_PORT']}/metrics"
+    assert "gpuops_gpu_fragmentation" in urllib.request.urlopen(watcher, timeout=5).read().decode()
+
+    def scraped() -> list:
+        url = f"{env['GPUOPS_PROMETHEUS_URL']}/api/v1/query?query=" + quote(
+            'gpuops_gpu_fragmentation{cluster="sim"}')
+        return json.loads(urllib.request.urlopen(url, timeout=5).read())["data"]["result"]
+
+    wait_for(scraped, timeout=60, interval=1, message="gpuops_gpu_fragmentation in Prometheus")
+
+
 def test_ctrl_c_after_the_pipe_reader_died_stops_everything_and_cancels_own_runs(up: Up) -> None:
     standing = wait_for(lambda: next((r for r in up.prefect(_restart_runs)
                                       if r.state and r.state.is_running()), None),

@@ -248,10 +248,13 @@ def replay(w: Workload, order: np.ndarray, placement: str, shapes: Shapes,
 def run(*, nodes: str | None = None, pods: str | None = None, seeds: int = 10,
         first_seed: int = 42, scale: float = 1.0, placements: list[str] | None = None,
         repacked: list[str] | None = None, budgets: list[int] | None = None,
-        stress: bool = False, time_limit_s: float = 10.0,
-        chart: str | None = None) -> dict[str, Any]:
+        stress: bool = False, time_limit_s: float = 10.0, chart: str | None = None,
+        churn_steps: int = 0, churn_seeds: int | None = None,
+        churn_budget: int = 1) -> dict[str, Any]:
     """All arms on `seeds` seeds; `scale` < 1 keeps that share of the nodes (a smoke run);
-    `chart` = a PNG path for the allocation curves."""
+    `chart` = a PNG path for the allocation curves; `churn_steps` > 0 adds the synthetic churn
+    run (packing_churn.py) on `churn_seeds` seeds (default all) with `churn_budget` % moves
+    per step."""
     root = data_dir()
     nodes_file = Path(nodes) if nodes else root / NODES
     pods_file = Path(pods) if pods else root / PODS
@@ -293,6 +296,13 @@ def run(*, nodes: str | None = None, pods: str | None = None, seeds: int = 10,
         "nodes_file": nodes_file.name, "pods_file": pods_file.name,
         "wall_s": round(time.monotonic() - started, 1),
     }
+    if churn_steps > 0:
+        from gpuops.bench.packing_churn import run_churn
+
+        churn_list = list(range(first_seed, first_seed + (churn_seeds or seeds)))
+        result["synthetic_churn"] = run_churn(w, shapes, churn_list, steps=churn_steps,
+                                              budget=churn_budget, options=options)
+        result["wall_s"] = round(time.monotonic() - started, 1)
     if chart:
         from gpuops.bench.packing_chart import allocation_chart
 

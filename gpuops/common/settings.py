@@ -32,6 +32,29 @@ class WatcherSettings(BaseSettings):
         "wherever they appear. Needs `get` on `secrets`; costs one API read per referenced "
         "Secret per cache miss (values are cached in memory for a minute, never logged or "
         "stored). Off: only literal env values and secret shapes are redacted.")
+    # GPU rebalance's sensor side (sensors/gpu_sensor.py)
+    stranded_after_s: float = Field(
+        30.0, ge=0, le=86400, description="How long GPU pods must stay stranded (Pending for "
+        "GPUs while the free GPUs would hold them) before `gpuops.gpu.stranded` is sent, and "
+        "how long none must be before the episode ends.")
+    gpu_scan_interval_s: float = Field(
+        5.0, gt=0, le=3600, description="At most one stranded-GPU assessment per this many "
+        "seconds, however many pod updates arrive.")
+    gpu_idle_after_s: float = Field(
+        1800.0, gt=0, le=7 * 86400, description="How long a node's allocated GPUs must show "
+        "near-zero utilisation in DCGM before `gpuops.node.gpu-idle` is sent.")
+    gpu_idle_util_pct: float = Field(
+        5.0, ge=0, le=100, description="At or below this `DCGM_FI_DEV_GPU_UTIL` (%) a GPU "
+        "counts as idle.")
+    gpu_idle_poll_s: float = Field(
+        60.0, gt=0, le=3600, description="How often Prometheus is asked for GPU utilisation.")
+    metrics_port: int = Field(
+        9450, ge=0, le=65535, description="Port of the watcher's Prometheus `/metrics` "
+        "(`gpuops_stranded_gpus`, `gpuops_gpu_fragmentation`, `gpuops_pending_gpu_pods`); "
+        "0: not served.")
+    metrics_host: str = Field(
+        "127.0.0.1", min_length=1, description="Interface of `/metrics` (`0.0.0.0` for a "
+        "Prometheus elsewhere).")
 
 
 class SlackSettings(BaseSettings):

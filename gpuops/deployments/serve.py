@@ -12,6 +12,7 @@ from prefect.schedules import Interval
 
 from gpuops.flows.capacity_prewarm import capacity_prewarm
 from gpuops.flows.drain_node import drain_node
+from gpuops.flows.gpu_scan import gpu_scan
 from gpuops.flows.restart_diagnostics import restart_diagnostics
 from gpuops.tasks.restarts.events import RESTART_DIAGNOSTICS_EVENTS
 
@@ -72,6 +73,9 @@ def deployments(*, approval_policy: str = "", capacity_mode: str = "dry-run") ->
             concurrency_limit=ConcurrencyLimitConfig(
                 limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE),
             description="Forecast demand, plan node pools, pre-warm them ahead of demand."),
+        gpu_scan.to_deployment(name="every-10-minutes", interval=timedelta(minutes=10),
+                               tags=["gpuops", "rebalance"], description="GPU nodes as a "
+                               "table: free GPUs, stranded GPUs, FGD fragmentation."),
     ]
 
 

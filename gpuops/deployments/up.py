@@ -186,6 +186,13 @@ def start_components(
     env["KUBECONFIG"] = str(Path(kubeconfig).resolve())
 
     receiver_port = free_port()
+    # The watcher polls DCGM in Prometheus and serves the GPU gauges Prometheus scrapes: both
+    # ports are chosen before either starts.
+    prometheus_port, metrics_port = free_port(), free_port()
+    env["GPUOPS_WATCHER_METRICS_PORT"] = os.environ.get("GPUOPS_WATCHER_METRICS_PORT") or str(
+        metrics_port)
+    if sim is not None:
+        env["GPUOPS_PROMETHEUS_URL"] = f"http://127.0.0.1:{prometheus_port}"
     if slack.local_fake:
         from gpuops.deployments.block_setup import LOCAL_APPROVER
 
@@ -210,7 +217,10 @@ def start_components(
         if filled is not None:
             say(f"back-filled {filled.samples} samples of demand history into Prometheus "
                 f"({filled.seconds:.1f} s)")
-        prometheus = start_prometheus(home, targets=[host_port(sim.url)], timeout_s=timeout_s,
+        targets = [host_port(sim.url)] + ([f"127.0.0.1:{env['GPUOPS_WATCHER_METRICS_PORT']}"]
+                                          if env["GPUOPS_WATCHER_METRICS_PORT"] != "0" else [])
+        prometheus = start_prometheus(home, targets=targets, port=prometheus_port,
+                                      timeout_s=timeout_s,
                                       retention_days=max(30, settings.history_days + 7))
         services.append(prometheus)
         env["GPUOPS_PROMETHEUS_URL"] = prometheus.url

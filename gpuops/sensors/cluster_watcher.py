@@ -8,6 +8,8 @@ marks the restarts reported (persisted, so a restarted watcher neither loses nor
 one). The queues are bounded: in a restart storm the watch thread waits (backpressure), and
 anything the server drops meanwhile comes back on the re-watch or relist.
 Node state changes that metrics miss (cordon, NotReady) are emitted as events too.
+The same pod and node watches feed the GPU side (`gpu_sensor`: `gpuops.gpu.stranded`,
+`gpuops.node.gpu-idle`, the GPU gauges).
 Evidence is redacted before it is queued: by shape, and by the values the pod may print (its
 literal env values and those of the Secrets it references, read by `pod_secrets` unless
 `GPUOPS_WATCHER_READ_POD_SECRETS=false`); the watcher's own log lines go through the same
@@ -29,6 +31,7 @@ from typing import Any
 from gpuops.common.settings import WatcherSettings, get_settings
 from gpuops.sensors.emitter import PAYLOAD_LIMIT_BYTES, EventSender, build_event, workload_related
 from gpuops.sensors.evidence_capture import EvidenceCapture
+from gpuops.sensors.gpu_sensor import GpuSensor, watcher_settings
 from gpuops.sensors.job_failures import JobFailureWatch
 from gpuops.sensors.pod_secrets import PodSecretReader, redact_watcher_logs
 from gpuops.sensors.restart_detector import DetectedRestart, ReportedStore, detect_restarts
@@ -76,10 +79,12 @@ def _done(restart: DetectedRestart) -> int:
 class ClusterWatcher:
     def __init__(self, kube: Kube, *, state_file: Path | None = None, workers: int = 8,
                  queue_size: int = 1000, log_cap_bytes: int = 1 << 20,
-                 sender: EventSender | None = None, read_pod_secrets: bool | None = None
-                 ) -> None:
+                 sender: EventSender | None = None, read_pod_secrets: bool | None = None,
+                 gpu: bool = True) -> None:
         """`read_pod_secrets`: read the Secrets each restarted pod references to redact their
-        values (None: the `GPUOPS_WATCHER_READ_POD_SECRETS` setting, on by default)."""
+        values (None: the `GPUOPS_WATCHER_READ_POD_SECRETS` setting, on by default). `gpu`:
+        run the GPU side (stranded GPUs, idle GPU nodes, gauges)."""
+        settings = watcher_settings()  # a bad value fails here, naming its variable
         self.kube = kube
         self.cluster = kube.cluster_name
         self.reported = ReportedStore(state_file)
@@ -110,12 +115,16 @@ class ClusterWatcher:
         # A Job's own end (backoffLimit, deadline): `gpuops.job.failed` (job_failures.py).
         self.jobs = JobFailureWatch(kube, self.sender, state_file=state_file,
                                     stop=self.stop_event)
+        self.gpu = GpuSensor(cluster=self.cluster, sender=self.sender, stop=self.stop_event,
+                             settings=settings, state_file=state_file) if gpu else None
 
     # --- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> ClusterWatcher:
         for target, name in ((self.pods.run, "watch-pods"), (self.nodes.run, "watch-nodes"),
                              (self.jobs.run, "watch-jobs"), (self._deliver, "deliver")):
+            self._threads.append(threading.Thread(target=target, name=name, daemon=True))
+        for target, name in self.gpu.threads() if self.gpu else ():
             self._threads.append(threading.Thread(target=target, name=name, daemon=True))
         for i in range(self._workers):
             self._threads.append(threading.Thread(target=self._work, name=f"capture-{i}",
@@ -135,6 +144,8 @@ class ClusterWatcher:
     # --- pods ----------------------------------------------------------------------------------
 
     def _on_pod(self, event_type: str, pod: dict[str, Any]) -> None:
+        if self.gpu:
+            self.gpu.on_pod(event_type, pod)
         self._detect(pod)  # a deleted pod's last status may carry a restart too
         if event_type == "DELETED":
             uid = pod["metadata"].get("uid", "")
@@ -144,6 +155,8 @@ class ClusterWatcher:
 
     def _on_pod_relist(self, pods: list[dict[str, Any]]) -> None:
         log.info("pods relisted: %d pods; reconciling restarts", len(pods))
+        if self.gpu:
+            self.gpu.on_pod_relist(pods)
         for pod in pods:
             self._detect(pod)
         # Pods deleted while no watch was open never send DELETED: forget them here.
@@ -278,11 +291,15 @@ class ClusterWatcher:
         return bool((node.get("spec") or {}).get("unschedulable")), ready
 
     def _on_node_relist(self, nodes: list[dict[str, Any]]) -> None:
+        if self.gpu:
+            self.gpu.on_node_relist(nodes)
         for node in nodes:
             self._on_node("MODIFIED", node)
 
     def _on_node(self, event_type: str, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
+        if self.gpu:
+            self.gpu.on_node(event_type, node)
         if event_type == "DELETED":
             self._nodes.pop(name, None)
             return

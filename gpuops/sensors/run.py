@@ -34,15 +34,39 @@ def _load(block_cls, name: str):
 def run_cluster_watcher(*, cluster_block: str = "", state_file: Path | None = None,
                         workers: int = 8) -> None:
     cluster = _load(KubernetesCluster, cluster_block)
-    watcher = ClusterWatcher(cluster.kube(), state_file=state_file, workers=workers).start()
+    try:
+        watcher = ClusterWatcher(cluster.kube(), state_file=state_file, workers=workers)
+    except ConfigError as e:
+        print(f"gpuops sensor cluster: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    metrics = _serve_gpu_metrics(watcher)
+    watcher.start()
     print(f"cluster watcher for {cluster.cluster_name!r} running "
-          f"(state: {state_file or 'in memory'})", flush=True)
+          f"(state: {state_file or 'in memory'}; {metrics})", flush=True)
     started = time.monotonic()
     try:
         _wait_for_signal()
     finally:
         watcher.stop()
         log.info("watcher stopped after %.0fs: %s", time.monotonic() - started, watcher.stats)
+
+
+def _serve_gpu_metrics(watcher: ClusterWatcher) -> str:
+    """The GPU gauges on `GPUOPS_WATCHER_METRICS_HOST:PORT` (port 0: not served); says where."""
+    from gpuops.sensors.gpu_metrics import serve_metrics
+
+    settings = watcher.gpu.settings if watcher.gpu else None
+    if watcher.gpu is None or settings is None or not settings.metrics_port:
+        return "no /metrics"
+    try:
+        serve_metrics(watcher.gpu.gauges.registry, host=settings.metrics_host,
+                      port=settings.metrics_port)
+    except OSError as e:
+        print(f"gpuops sensor cluster: GPUOPS_WATCHER_METRICS_PORT: cannot serve /metrics on "
+              f"{settings.metrics_host}:{settings.metrics_port} ({e}); choose a free port, or "
+              "0 for none", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    return f"metrics on http://{settings.metrics_host}:{settings.metrics_port}/metrics"
 
 
 def run_slack_receiver(*, host: str = "127.0.0.1", port: int = 3000, slack_block: str = "",

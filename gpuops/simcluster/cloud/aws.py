@@ -302,6 +302,13 @@ class AwsPoolSync:
                         nodes = self.pools.nodes_and_zones(runtime)
                         adopted = await asyncio.to_thread(aws.ensure_pool, runtime.pool, nodes)
                         self.pools.adopt_instances(runtime, adopted)
+                        if adopted:  # as created: only later changes are someone's to act on
+                            count = len(adopted)
+                            pool = runtime.pool
+                            runtime.seen_nodegroup = (min(max(count, pool.min_size),
+                                                          pool.max_size), pool.min_size,
+                                                      pool.max_size)
+                            runtime.seen_group_desired = runtime.seen_nodegroup[0]
                         runtime.aws_created = True
                     try:
                         size = await asyncio.to_thread(aws.read_size, runtime.pool)

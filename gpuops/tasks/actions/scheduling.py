@@ -73,7 +73,7 @@ class TaintNode(SafeAction):
         taints = [t for t in (node.get("spec") or {}).get("taints") or [] if not self._ours(t)]
         taints.append({"key": self.key, "value": self.value, "effect": self.effect})
         # resourceVersion: a concurrent taint change is a 409, retried on a fresh read.
-        self.kube.patch_node(self.node, {
+        self.kube.merge_patch_node(self.node, {
             "metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
                          "annotations": dict(self.record)},
             "spec": {"taints": taints}})
@@ -119,7 +119,7 @@ class UntaintNode(SafeAction):
         except KubeNotFound:
             return
         taints = [t for t in (node.get("spec") or {}).get("taints") or [] if not self._ours(t)]
-        self.kube.patch_node(self.node, {
+        self.kube.merge_patch_node(self.node, {
             "metadata": {"resourceVersion": node["metadata"]["resourceVersion"],
                          "annotations": dict.fromkeys(self.record_keys)},
             "spec": {"taints": taints}})

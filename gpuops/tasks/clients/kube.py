@@ -217,6 +217,11 @@ class Kube:
     def patch_node(self, name: str, patch: Obj) -> Obj:
         return self._raw(self.core.patch_node, name, patch, _content_type=STRATEGIC_PATCH)
 
+    def merge_patch_node(self, name: str, patch: Obj) -> Obj:
+        """JSON merge patch: lists are replaced whole (`spec.taints` is atomic in the API),
+        a null removes a key (an annotation)."""
+        return self._raw(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
+
     def set_unschedulable(self, name: str, unschedulable: bool) -> Obj:
         return self.patch_node(name, {"spec": {"unschedulable": unschedulable or None}})
 

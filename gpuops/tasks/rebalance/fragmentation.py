@@ -114,3 +114,39 @@ def stranded_gpus(state: PackState, pending: Iterable[int]) -> float:
         seen.add(key)
         any_fits |= state.feasible(p)
     return float(state.gpu_free[~any_fits].sum()) / MILLI
+
+
+@dataclass(frozen=True)
+class ClusterMeasures:
+    """What the sensor exports and the scan's table shows, for one cluster picture."""
+
+    stranded_gpus: float
+    fragmentation_gpus: float  # FGD, cluster sum, in GPUs
+    fragmentation_by_node: dict[str, float]  # in GPUs
+    free_gpus_by_node: dict[str, float]
+    pending_gpu_pods_by_shape: dict[str, int]  # "2x1000m cpu=8000m" -> count
+
+
+def shape_label(gpu_count: int, gpu_milli: int, cpu_milli: int) -> str:
+    """A pending shape as a metric label: `1x500m cpu=4000m`."""
+    return f"{gpu_count}x{gpu_milli}m cpu={cpu_milli}m"
+
+
+def cluster_measures(cluster, shapes: Shapes | None = None) -> ClusterMeasures:
+    """Stranded GPUs, FGD fragmentation (weighted by `shapes`, default the typical shapes of
+    the cluster's own pods) and pending GPU pods by shape of a `model.Cluster`."""
+    state, pods = PackState.from_cluster(cluster)
+    pending = list(range(len(cluster.running), len(pods)))
+    if shapes is None and pods:
+        shapes = typical_shapes((p.cpu_milli, p.gpu_count, p.gpu_milli, p.gpu_models)
+                                for p in pods)
+    frag = state_fragmentation(state, shapes) if shapes is not None else np.zeros(state.n)
+    by_shape: Counter[str] = Counter(shape_label(p.gpu_count, p.gpu_milli, p.cpu_milli)
+                                     for p in cluster.pending if p.gpu_count)
+    return ClusterMeasures(
+        stranded_gpus=stranded_gpus(state, pending),
+        fragmentation_gpus=float(frag.sum()) / MILLI,
+        fragmentation_by_node={n: float(f) / MILLI for n, f in zip(state.node_names, frag)},
+        free_gpus_by_node={n: float(g) / MILLI
+                           for n, g in zip(state.node_names, state.gpu_free.sum(axis=1))},
+        pending_gpu_pods_by_shape=dict(by_shape))

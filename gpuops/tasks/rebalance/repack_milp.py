@@ -9,10 +9,13 @@ Binary variables:
 - z[pod, v, g] for each device g of v such a GPU pod may take; sum_g z = gpu_count * y.
 Constraints: a movable pod stays or goes to exactly one node; a pending pod lands at most
 once; per device, per node CPU and memory: what cannot move + what stays + what comes in fits;
-per PDB, moved <= allowed disruptions; moved <= max_moves; priority: a pod moves only if some
-placed pending pod has at least its priority.
-Objective, lexicographic through weights: first place pending pods (higher priority first,
-then more GPU), then the least total move cost.
+per PDB, moved <= allowed disruptions; moved <= max_moves.
+Objective, lexicographic through weights: first place pending pods (more GPU first), then the
+least total move cost.
+
+Priority: a pod q moves only if a pending pod of at least its priority is placed, and never
+in a plan that places a pending pod of lower priority than q's (which pending pod a move is
+"for" is not defined in one program, so the rule is kept in its strict reading).
 """
 
 from __future__ import annotations
@@ -30,6 +33,15 @@ from gpuops.tasks.rebalance.state import PackState
 def solve_milp(state: PackState, pending: Sequence[int], rules, options, *,
                deadline: float):
     """Solve and apply on `state`; returns a `repack.StatePlan`."""
+    level = max((int(rules.priority[p]) for p in pending), default=0)
+    return _solve(state, pending, rules, options, deadline=deadline,
+                  budget=options.max_moves, pdb_left=np.asarray(rules.pdb_allowed),
+                  frozen=np.zeros(len(state.pod_cpu), bool), level=level)
+
+
+def _solve(state: PackState, pending: Sequence[int], rules, options, *,
+                 deadline: float, budget: int | None, pdb_left: np.ndarray,
+                 frozen: np.ndarray, level: int):
     from gpuops.tasks.rebalance.repack import (
         CANNOT_HELP,
         FEASIBLE,
@@ -41,13 +53,22 @@ def solve_milp(state: PackState, pending: Sequence[int], rules, options, *,
     s = state
     started = time.monotonic()
     placed = np.flatnonzero(s.pod_node >= 0)
-    top = max((int(rules.priority[p]) for p in pending), default=0)
-    movable = [int(q) for q in placed if rules.movable[q] and rules.priority[q] <= top]
+    movable = [int(q) for q in placed
+               if rules.movable[q] and not frozen[q] and rules.priority[q] <= level]
     if not pending:
         return StatePlan([], [], [], 0.0, CANNOT_HELP, "no GPU pod is pending", "milp", 0.0)
-    if not movable:
-        return StatePlan([], [], list(pending), 0.0, CANNOT_HELP, "no candidate may move",
-                         "milp", 0.0)
+    if not movable:  # nothing may move: place what fits as the cluster is
+        from gpuops.tasks.rebalance.placement import Placer
+
+        placer = Placer(s, "best_fit")
+        landings = []
+        for p in pending:
+            choice = placer.choose(p)
+            if choice is not None:
+                s.bind(p, *choice)
+                landings.append((p, *choice))
+        return StatePlan([], landings, [], 0.0, FEASIBLE if landings else CANNOT_HELP,
+                         None if landings else "no candidate may move", "milp", 0.0)
     mov_set = set(movable)
     fixed_gpu = s.gpu_cap.astype(np.int64).copy()
     fixed_cpu = s.cpu_cap.copy()
@@ -127,19 +148,22 @@ def solve_milp(state: PackState, pending: Sequence[int], rules, options, *,
     cons.append(a_cpu_stay @ stay + a_cpu_y @ y <= fixed_cpu)
     cons.append(a_mem_stay @ stay + a_mem_y @ y <= fixed_mem)
     moved = 1 - stay
-    for b, allowed in enumerate(rules.pdb_allowed):
+    for b, allowed in enumerate(pdb_left):
         members = [qi[q] for q in movable if rules.pdb[q] == b]
         if members:
             cons.append(cp.sum(moved[members]) <= int(allowed))
-    if options.max_moves is not None:
-        cons.append(cp.sum(moved) <= options.max_moves)
+    if budget is not None:
+        cons.append(cp.sum(moved) <= budget)
     prio_p = np.array([rules.priority[p] for p in pending])
     for q, i in qi.items():
         serving = np.flatnonzero(prio_p >= rules.priority[q])
+        lower = np.flatnonzero(prio_p < rules.priority[q])
         if not len(serving):
             cons.append(stay[i] == 1)
-        else:
-            cons.append(moved[i] <= cp.sum(placed_p[serving]))
+            continue
+        cons.append(moved[i] <= cp.sum(placed_p[serving]))
+        if len(lower):
+            cons.append(len(lower) * moved[i] + cp.sum(placed_p[lower]) <= len(lower))
     # objective: pending first (by priority tier, then GPU), then the least move cost
     cost = np.array([rules.cost[q] for q in movable])
     big = float(cost.sum()) + 1.0
@@ -181,7 +205,7 @@ def solve_milp(state: PackState, pending: Sequence[int], rules, options, *,
     total = float(sum(rules.cost[q] for q in origins))
     reason = None
     if not landings:
-        status, reason = CANNOT_HELP, ("the move budget is exhausted" if options.max_moves == 0
+        status, reason = CANNOT_HELP, ("the move budget is exhausted" if budget == 0
                                        else "no set of allowed moves makes a pending pod fit")
     return StatePlan(moves, landings, [], total, status, reason, "milp",
                      time.monotonic() - started)
