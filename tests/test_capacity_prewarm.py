@@ -165,7 +165,10 @@ class Env:
     blocks: dict[str, str]
 
     def groups(self) -> dict[str, tuple[int, int, int]]:
-        """Every node group and ASG in moto: (min, max, desired)."""
+        """Every node group and self-managed ASG in moto: (min, max, desired).
+
+        The ASG behind each managed node group (``eks-<group>-...``, as EKS names it)
+        is left out: its sizes are the node group's, listed once under the group."""
         eks, asg = boto("eks", self.aws_url), boto("autoscaling", self.aws_url)
         sizes = {}
         for name in eks.list_nodegroups(clusterName=CLUSTER)["nodegroups"]:
@@ -173,6 +176,8 @@ class Env:
                 "nodegroup"]["scalingConfig"]
             sizes[name] = (s["minSize"], s["maxSize"], s["desiredSize"])
         for g in asg.describe_auto_scaling_groups()["AutoScalingGroups"]:
+            if g["AutoScalingGroupName"].startswith("eks-"):
+                continue
             sizes[g["AutoScalingGroupName"]] = (g["MinSize"], g["MaxSize"],
                                                 g["DesiredCapacity"])
         return sizes

@@ -83,6 +83,23 @@ def write_scenario(tmp_path: Path, gpu_size: int = 1, zones: str | None = None) 
     return str(path)
 
 
+def node_group_asg(url: str) -> str:
+    group = boto("eks", url).describe_nodegroup(clusterName=CLUSTER,
+                                                nodegroupName="gpu")["nodegroup"]
+    return group["resources"]["autoScalingGroups"][0]["name"]
+
+
+def asg_instances(url: str) -> set[str]:
+    """The instances of the Auto Scaling group behind the `gpu` managed node group."""
+    groups = boto("autoscaling", url).describe_auto_scaling_groups(
+        AutoScalingGroupNames=[node_group_asg(url)])["AutoScalingGroups"]
+    return {i["InstanceId"] for i in groups[0]["Instances"]} if groups else set()
+
+
+def node_instances(sim, pool: str) -> set[str]:
+    return {n.spec.provider_id.rsplit("/", 1)[-1] for n in pool_nodes(sim.api, pool)}
+
+
 def pool_nodes(api: client.ApiClient, pool: str) -> list:
     return client.CoreV1Api(api).list_node(label_selector=f"gpuops.io/pool={pool}").items
 
@@ -210,9 +227,56 @@ def test_a_bare_node_group_decrease_removes_the_node_aws_picks_even_a_busy_one(s
     wait_for(lambda: victim not in {n.metadata.name for n in pool_nodes(sim.api, "gpu")},
              message="the busy node removed")
     assert len(pool_nodes(sim.api, "gpu")) == 2
+    assert len(asg_instances(aws)) == 2
     left = [p.metadata.name for p in v1.list_namespaced_pod("default").items
             if p.metadata.deletion_timestamp is None]
     assert len(left) == 1  # one of the two busy pods went with its node
+
+
+def test_terminating_a_nodes_instance_with_decrement_removes_exactly_that_node(sim_factory, aws,
+                                                                             tmp_path):
+    """What cluster-autoscaler does, on the Auto Scaling group behind a managed node group:
+    the chosen node goes, the others stay, and the node group shows the new size."""
+    sim = sim_factory(write_scenario(tmp_path, gpu_size=3, zones="[us-east-1a, us-east-1b]"),
+                      aws_endpoint=aws)
+    eks = boto("eks", aws)
+    wait_for(lambda: asg_instances(aws) == node_instances(sim, "gpu"), timeout=30,
+             message="the gpu nodes as instances of the node group's Auto Scaling group")
+    nodes = {n.metadata.name: n.spec.provider_id.rsplit("/", 1)[-1]
+             for n in pool_nodes(sim.api, "gpu")}
+    chosen = max(nodes)
+    boto("autoscaling", aws).terminate_instance_in_auto_scaling_group(
+        InstanceId=nodes[chosen], ShouldDecrementDesiredCapacity=True)
+    wait_for(lambda: {n.metadata.name for n in pool_nodes(sim.api, "gpu")} == set(nodes) - {
+        chosen}, timeout=30, message="exactly the chosen node removed")
+    group = wait_for(lambda: (g := eks.describe_nodegroup(
+        clusterName=CLUSTER, nodegroupName="gpu")["nodegroup"])["scalingConfig"][
+        "desiredSize"] == 2 and g, message="the node group's desiredSize following its group")
+    assert group["scalingConfig"]["desiredSize"] == 2
+    sim.advance(30)
+    assert {n.metadata.name for n in pool_nodes(sim.api, "gpu")} == set(nodes) - {chosen}
+
+
+def test_a_bare_decrease_spares_instances_protected_from_scale_in(sim_factory, aws, tmp_path):
+    sim = sim_factory(write_scenario(tmp_path, gpu_size=3, zones="[us-east-1a, us-east-1b]"),
+                      aws_endpoint=aws)
+    eks = boto("eks", aws)
+    wait_for(lambda: asg_instances(aws) == node_instances(sim, "gpu"), timeout=30,
+             message="the gpu nodes as instances of the node group's Auto Scaling group")
+    by_zone: dict[str, list[str]] = {}
+    for node in pool_nodes(sim.api, "gpu"):
+        by_zone.setdefault(node.metadata.labels["topology.kubernetes.io/zone"], []).append(
+            node.spec.provider_id.rsplit("/", 1)[-1])
+    crowded = max(by_zone, key=lambda z: len(by_zone[z]))
+    [lone] = next(ids for zone, ids in by_zone.items() if zone != crowded)
+    boto("autoscaling", aws).set_instance_protection(
+        InstanceIds=by_zone[crowded], AutoScalingGroupName=node_group_asg(aws),
+        ProtectedFromScaleIn=True)
+    eks.update_nodegroup_config(clusterName=CLUSTER, nodegroupName="gpu",
+                                scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 2})
+    wait_for(lambda: lone not in node_instances(sim, "gpu"),
+             message="the only unprotected instance's node removed")
+    assert node_instances(sim, "gpu") == set(by_zone[crowded])
 
 
 def test_an_asg_pool_follows_its_instances(sim_factory, aws, tmp_path):

@@ -1,16 +1,20 @@
 """Node pools' AWS side in moto: an EKS cluster with a managed node group per `eks` pool, a
 launch template and Auto Scaling group per `asg` pool, and reading back their desired sizes.
 
-An `asg` pool's nodes are instances of its Auto Scaling group, as on AWS, so that
+Every pool's nodes are instances of an Auto Scaling group, as on AWS, so that
 `TerminateInstanceInAutoScalingGroup` on a node's instance (its providerID) removes exactly
-that node: the nodes a scenario starts with get an EC2 instance each in their zone, attached
-to the group, and their providerID names it. A bare `SetDesiredCapacity` decrease is moto's
-to carry out: it terminates the first unprotected instances of its list (not AWS's choice).
+that node: the `asg` pool's own group, and for an `eks` pool the group behind its managed
+node group (moto names one in `describe_nodegroup`'s `resources.autoScalingGroups` but does
+not create it: this module does). The nodes a scenario starts with get an EC2 instance each
+in their zone, attached to the group, and their providerID names it.
 
-An `eks` pool follows its managed node group's sizes; moto names an Auto Scaling group in
-`describe_nodegroup` (`resources.autoScalingGroups`) but creates none, so its nodes' instances
-exist nowhere in AWS and the node pool controller picks which node a bare decrease removes,
-by the default termination policy (`termination.py`).
+A managed node group's sizes drive its group as EKS's control plane does: a new desiredSize
+(or minSize, which pre-warms: FACTS.md) is applied to the group; a bare decrease terminates
+the instances the group's default termination policy picks (`termination.py`: zone balance,
+then outdated launch templates, then the next billing hour, never what runs on them); a
+change made on the group itself (a terminate with decrement) shows in the node group's
+desiredSize. A self-managed `asg` pool's bare `SetDesiredCapacity` decrease is moto's to
+carry out: it terminates the first unprotected instances of its list, not AWS's choice.
 
 `AwsBacking` makes blocking boto3 calls; `AwsPoolSync`, the controller, runs each of them in a
 thread (`asyncio.to_thread`) so the cluster's event loop never waits on AWS.
@@ -31,7 +35,7 @@ from ..core.clock import VirtualClock
 from .nodes import REGION
 
 if TYPE_CHECKING:
-    from .nodepools import NodePoolController
+    from .nodepools import NodePoolController, PoolRuntime
     from .pools import NodePool
 
 log = logging.getLogger("gpuops.simcluster.aws")
@@ -48,6 +52,9 @@ class GroupSize:
     desired: int
     instances: dict[str, str] | None = None  # ASG instance id -> availability zone
     protected: frozenset[str] = frozenset()  # instances protected from scale in
+    group: str = ""  # the Auto Scaling group's name
+    group_desired: int | None = None  # the group's own DesiredCapacity
+    nodegroup: tuple[int, int, int] | None = None  # an EKS node group's (desired, min, max)
 
 
 class NotFound(Exception):
@@ -128,10 +135,9 @@ class AwsBacking:
             self._subnets[zone] = subnet["SubnetId"]
 
     def ensure_pool(self, pool: NodePool, nodes: list[tuple[str, str]]) -> dict[str, str]:
-        """Create the pool's node group, or its Auto Scaling group sized to `nodes` (name,
-        zone) with each node an instance of it; or adopt what exists. Returns node ->
-        instance id for the nodes given instances (none for a node group or an adopted
-        Auto Scaling group)."""
+        """Create the pool's node group and its Auto Scaling group sized to `nodes` (name,
+        zone), each node an instance of it; or adopt what exists. Returns node -> instance
+        id for the nodes given instances (none when the group was adopted)."""
         self._create_subnets([z for z in pool.zones if z not in self._subnets])
         subnets = [self._subnets[z] for z in pool.zones]
         name = pool.aws_group_name(self.cluster_name)
@@ -159,8 +165,11 @@ class AwsBacking:
                 if _code(e) != "ResourceInUseException":
                     raise
                 log.info("adopting existing EKS node group %s", name)
-            return {}  # moto creates no Auto Scaling group behind it: nothing to attach to
-        group = template = name
+            group = self.nodegroup_asg(pool)
+            template = f"eks-{self.cluster_name}-{name}"
+            tags += [("eks:cluster-name", self.cluster_name), ("eks:nodegroup-name", name)]
+        else:
+            group = template = name
         try:
             self.ec2.create_launch_template(LaunchTemplateName=template, LaunchTemplateData={
                 "ImageId": "ami-12c6146b", "InstanceType": pool.instance_type})
@@ -198,10 +207,38 @@ class AwsBacking:
             SubnetId=self._subnets[zone])
         return reservation["Instances"][0]["InstanceId"]
 
+    def nodegroup_asg(self, pool: NodePool) -> str:
+        """The Auto Scaling group EKS names for a managed node group."""
+        group = self.eks.describe_nodegroup(clusterName=self.cluster_name,
+                                            nodegroupName=pool.aws_group_name(
+                                                self.cluster_name))["nodegroup"]
+        groups = (group.get("resources") or {}).get("autoScalingGroups") or []
+        return groups[0]["name"] if groups else f"eks-{group['nodegroupName']}"
+
+    # --- changing ------------------------------------------------------------------------------
+
+    def terminate(self, instance_id: str) -> None:
+        """What a managed node group's scale-in does to the instance its group picks."""
+        self.autoscaling.terminate_instance_in_auto_scaling_group(
+            InstanceId=instance_id, ShouldDecrementDesiredCapacity=True)
+
+    def size_group(self, group: str, desired: int, min_size: int, max_size: int) -> None:
+        self.autoscaling.update_auto_scaling_group(
+            AutoScalingGroupName=group, MinSize=min(min_size, desired),
+            MaxSize=max(max_size, desired), DesiredCapacity=desired)
+
+    def follow_group(self, pool: NodePool, desired: int, min_size: int, max_size: int) -> None:
+        """EKS shows a change made on the node group's Auto Scaling group."""
+        self.eks.update_nodegroup_config(
+            clusterName=self.cluster_name, nodegroupName=pool.aws_group_name(self.cluster_name),
+            scalingConfig={"minSize": min(min_size, desired), "maxSize": max_size,
+                           "desiredSize": desired})
+
     # --- reading -------------------------------------------------------------------------------
 
     def read_size(self, pool: NodePool) -> GroupSize:
         name = pool.aws_group_name(self.cluster_name)
+        nodegroup = None
         if pool.backing == "eks":
             try:
                 group = self.eks.describe_nodegroup(clusterName=self.cluster_name,
@@ -211,9 +248,10 @@ class AwsBacking:
                     raise NotFound(name) from e
                 raise
             scaling = group.get("scalingConfig") or {}
-            return GroupSize(effective_desired(int(scaling.get("desiredSize", 0)),
-                                               int(scaling.get("minSize", 0)),
-                                               int(scaling.get("maxSize", 0))))
+            nodegroup = (int(scaling.get("desiredSize", 0)), int(scaling.get("minSize", 0)),
+                         int(scaling.get("maxSize", 0)))
+            groups = (group.get("resources") or {}).get("autoScalingGroups") or []
+            name = groups[0]["name"] if groups else f"eks-{name}"
         found = self.autoscaling.describe_auto_scaling_groups(
             AutoScalingGroupNames=[name])["AutoScalingGroups"]
         if not found:
@@ -221,11 +259,15 @@ class AwsBacking:
         asg = found[0]
         live = [i for i in asg.get("Instances", [])
                 if i.get("LifecycleState", "InService") in ("InService", "Pending")]
-        return GroupSize(effective_desired(int(asg["DesiredCapacity"]), int(asg["MinSize"]),
-                                           int(asg["MaxSize"])),
-                         {i["InstanceId"]: i["AvailabilityZone"] for i in live},
-                         frozenset(i["InstanceId"] for i in live
-                                   if i.get("ProtectedFromScaleIn")))
+        instances = {i["InstanceId"]: i["AvailabilityZone"] for i in live}
+        protected = frozenset(i["InstanceId"] for i in live if i.get("ProtectedFromScaleIn"))
+        if nodegroup is not None:
+            desired = effective_desired(*nodegroup)
+        else:
+            desired = effective_desired(int(asg["DesiredCapacity"]), int(asg["MinSize"]),
+                                        int(asg["MaxSize"]))
+        return GroupSize(desired, instances, protected, name, int(asg["DesiredCapacity"]),
+                         nodegroup)
 
 
 def _code(error: ClientError) -> str:
@@ -260,9 +302,18 @@ class AwsPoolSync:
                         nodes = self.pools.nodes_and_zones(runtime)
                         adopted = await asyncio.to_thread(aws.ensure_pool, runtime.pool, nodes)
                         self.pools.adopt_instances(runtime, adopted)
+                        if adopted:  # as created: only later changes are someone's to act on
+                            count = len(adopted)
+                            pool = runtime.pool
+                            runtime.seen_nodegroup = (min(max(count, pool.min_size),
+                                                          pool.max_size), pool.min_size,
+                                                      pool.max_size)
+                            runtime.seen_group_desired = runtime.seen_nodegroup[0]
                         runtime.aws_created = True
                     try:
                         size = await asyncio.to_thread(aws.read_size, runtime.pool)
+                        if size.nodegroup is not None:
+                            size = await self._drive_group(aws, runtime, size)
                     except NotFound:
                         log.warning("pool %s: its AWS group is gone; creating it again",
                                     runtime.pool.name)
@@ -272,3 +323,28 @@ class AwsPoolSync:
             except (BotoCoreError, ClientError) as e:
                 log.warning("node pools: AWS at %s answered %s; retrying", endpoint, e)
             await self.clock.sleep(self.interval, min_real=0.2)
+
+    async def _drive_group(self, aws: AwsBacking, runtime: PoolRuntime,
+                           size: GroupSize) -> GroupSize:
+        """A managed node group and its Auto Scaling group, kept in step as EKS does."""
+        assert size.nodegroup is not None and size.instances is not None
+        if size.nodegroup != runtime.seen_nodegroup:  # the node group was changed
+            runtime.seen_nodegroup = size.nodegroup
+            extra = len(size.instances) - size.desired
+            if extra > 0:
+                for instance in self.pools.termination_victims(runtime, size, extra):
+                    await asyncio.to_thread(aws.terminate, instance)
+            _, low, high = size.nodegroup
+            await asyncio.to_thread(aws.size_group, size.group, size.desired, low, high)
+        elif size.group_desired != runtime.seen_group_desired and \
+                size.group_desired != size.desired and size.group_desired is not None:
+            _, low, high = size.nodegroup  # changed on the group: EKS shows it
+            await asyncio.to_thread(aws.follow_group, runtime.pool, size.group_desired, low,
+                                    high)
+        else:
+            runtime.seen_group_desired = size.group_desired
+            return size
+        size = await asyncio.to_thread(aws.read_size, runtime.pool)
+        runtime.seen_nodegroup = size.nodegroup
+        runtime.seen_group_desired = size.group_desired
+        return size

@@ -71,6 +71,8 @@ class PoolRuntime:
     preexisting: set[str] | None = None
     aws_created: bool = False
     protected: frozenset[str] = frozenset()  # instances protected from scale in
+    seen_nodegroup: tuple[int, int, int] | None = None  # an EKS node group's sizes, last read
+    seen_group_desired: int | None = None  # its Auto Scaling group's, last read
 
 
 class NodePoolController:
@@ -175,6 +177,22 @@ class NodePoolController:
                                       parse_rfc3339(created) if created else 0.0,
                                       instance in runtime.protected))
         return termination_order(instances, count, self.clock.time())
+
+    def termination_victims(self, runtime: PoolRuntime, size: GroupSize, count: int
+                            ) -> list[str]:
+        """The instances of a managed node group's Auto Scaling group its default termination
+        policy picks for a scale-in by `count` (instances without a node yet count as just
+        launched)."""
+        nodes = {_instance_of(self._node(n)): self._node(n)
+                 for n in self.index.pool_nodes(runtime.pool.name)}
+        now = self.clock.time()
+        instances = []
+        for instance, zone in sorted((size.instances or {}).items()):
+            created = (nodes.get(instance) or {}).get("metadata", {}).get("creationTimestamp")
+            instances.append(Instance(instance, instance, zone,
+                                      parse_rfc3339(created) if created else now,
+                                      instance in size.protected))
+        return termination_order(instances, count, now)
 
     def nodes_and_zones(self, runtime: PoolRuntime) -> list[tuple[str, str]]:
         """The pool's nodes with their zones, for their group to give each an instance."""
