@@ -41,3 +41,12 @@ REBALANCE_TAINT = PREFIX + "rebalance"  # taint key on the nodes a plan frees
 REBALANCE_RUN = PREFIX + "rebalance-run"  # annotation: the flow run id
 REBALANCE_EXPIRES = PREFIX + "rebalance-expires"  # annotation: RFC 3339 UTC
 REBALANCE_NOMINATED = PREFIX + "rebalance-nominated"  # pod annotation: the node it nominated
+
+# A node gpuops is removing (cordon, drain, terminate its instance: tasks/actions/scale_in.py),
+# recorded before the cordon so that the next run finishes or undoes what a crashed one left:
+# the flow run's id, whether gpuops made the cordon (so only its own is taken back), and the
+# time after which the removal may be presumed abandoned (RFC 3339, UTC).
+SCALE_IN_RUN = PREFIX + "scale-in-run"
+SCALE_IN_CORDONED = PREFIX + "scale-in-cordoned"  # "true": the node was schedulable before
+SCALE_IN_EXPIRES = PREFIX + "scale-in-expires"
+SCALE_IN_MARKS = (SCALE_IN_RUN, SCALE_IN_CORDONED, SCALE_IN_EXPIRES)

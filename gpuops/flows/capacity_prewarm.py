@@ -15,6 +15,7 @@ Artifacts: summary, plan (pool x hour), targets, costs, forecast-vs-actual chart
 from __future__ import annotations
 
 import asyncio
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -39,6 +40,7 @@ from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.errors import TemporaryError
 from gpuops.common.settings import PrometheusSettings, get_settings
 from gpuops.tasks.actions.perform import SafeAction, hold_targets, perform, recording_actions
+from gpuops.tasks.actions.scale_in import ScaleInPool
 from gpuops.tasks.approvals.block_kit import ApprovalRequest
 from gpuops.tasks.approvals.request import not_approved_message, request_approval
 from gpuops.tasks.capacity import report
@@ -194,21 +196,25 @@ async def capacity_prewarm(mode: CapacityMode = "dry-run", config_block: str = "
             if not approval.approved:
                 return Completed(name="NotApproved", data={**summary, "applied": False},
                                  message=not_approved_message(approval))
-        await _apply(needed, dry_run)
+        scale_in = await _apply(needed, dry_run)
         verb = "dry run: would change" if dry_run else "changed"
         return Completed(message=f"{verb} {len(needed)} pool setting(s): "
-                         + "; ".join(a.describe() for a in needed),
-                         data={**summary, "applied": not dry_run})
+                         + "; ".join(a.describe() for a in needed)
+                         + "".join(f"; {line}" for line in scale_in),
+                         data={**summary, "applied": not dry_run, "scale_in": scale_in})
 
 
-async def _apply(actions: list[SafeAction], dry_run: bool) -> None:
+async def _apply(actions: list[SafeAction], dry_run: bool) -> list[str]:
     """Hold every pool's slot for the whole sequence; EKS applies scaling updates
-    asynchronously, so the postcondition gets minutes, not seconds."""
-    if dry_run:
+    asynchronously, so the postcondition gets minutes, not seconds. A scale-in removes
+    chosen nodes step by step (`ScaleInPool.run`); returns what each removal came to."""
+    lines: list[str] = []
+    async with hold_targets(sorted({a.target for a in actions})) if not dry_run \
+            else nullcontext():
         for action in actions:
-            await perform(action, dry_run=True)
-        return
-    async with hold_targets(sorted({a.target for a in actions})):
-        for action in actions:
-            await perform(action, dry_run=False, verify_timeout_s=VERIFY_TIMEOUT_S)
+            if isinstance(action, ScaleInPool):
+                lines += await action.run(dry_run=dry_run)
+            else:
+                await perform(action, dry_run=dry_run, verify_timeout_s=VERIFY_TIMEOUT_S)
+    return lines
 

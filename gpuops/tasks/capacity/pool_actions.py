@@ -3,7 +3,8 @@
 Why apart from the actions themselves (tasks/actions/nodepools.py): choosing the action
 per pool (placeholder pods, an EKS node group's minSize, an ASG's desired capacity, a warm
 pool) and the GPU budget each may use is capacity's decision; the actions only make a
-size hold.
+size hold. An ASG's decrease is a scale-in of chosen empty nodes (`ScaleInPool`): a bare
+lower desired capacity lets AWS's termination policy pick the instance, busy or not.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gpuops.tasks.actions.nodepools import (
     SetNodeGroupMinSize,
 )
 from gpuops.tasks.actions.perform import SafeAction
+from gpuops.tasks.actions.scale_in import ScaleInPool
 from gpuops.tasks.capacity.plan import CapacityPlan
 from gpuops.tasks.capacity.prewarm import PoolState, PoolTarget, budget_for, placeholder_pods
 from gpuops.tasks.clients.aws import Aws, GpuBudget
@@ -53,6 +55,9 @@ def prewarm_actions(config: CapacityConfig, plan: CapacityPlan, targets: Sequenc
                 action = SetNodeGroupMinSize(aws, eks_cluster, pool.group_name, pool.name,
                                              target.target, budget,
                                              cluster_name=kube.cluster_name)
+            elif target.change < 0:  # chosen empty nodes removed, never a bare decrease
+                action = ScaleInPool(kube, aws, pool.name, pool.group_name, pool.selector,
+                                     target.target, pool.min_size)
             else:
                 action = SetAsgDesiredCapacity(aws, pool.group_name, pool.name,
                                                target.target, budget,

@@ -207,6 +207,23 @@ class Aws:
         _call(self.autoscaling.set_desired_capacity, AutoScalingGroupName=name,
               DesiredCapacity=desired, HonorCooldown=False)
 
+    def instance_group(self, instance_id: str) -> str | None:
+        """The Auto Scaling group an instance is a live member of (the one behind a managed
+        node group included), or None when it is in none or already leaving."""
+        found = _call(self.autoscaling.describe_auto_scaling_instances,
+                      InstanceIds=[instance_id]).get("AutoScalingInstances") or []
+        for item in found:
+            state = str(item.get("LifecycleState", "InService"))
+            if state in ("InService", "Pending") or state.startswith("Pending:"):
+                return str(item["AutoScalingGroupName"])
+        return None
+
+    def terminate_with_decrement(self, instance_id: str) -> None:
+        """Terminate exactly this instance and lower its group's desired capacity by one,
+        in one call: a bare decrease lets the group's termination policy pick the victim."""
+        _call(self.autoscaling.terminate_instance_in_auto_scaling_group,
+              InstanceId=instance_id, ShouldDecrementDesiredCapacity=True)
+
     def describe_warm_pool(self, name: str) -> dict[str, Any] | None:
         """The ASG's warm pool configuration, or None when it has none."""
         answer = _call(self.autoscaling.describe_warm_pool, AutoScalingGroupName=name)
