@@ -289,3 +289,27 @@ def test_a_removal_left_mid_drain_by_a_crashed_run_is_undone_then_finished(clust
     assert empty in state.result()["removed"]  # the idle one: the removal finished
     wait_for(lambda: empty not in env.node_names("l4"), timeout=20,
              message="the idle node gone")
+
+
+def test_the_served_deployment_is_triggered_by_the_watchers_gpu_idle_event_and_a_schedule():
+    from gpuops.deployments.serve import deployments
+    from gpuops.sensors.emitter import build_event
+
+    def served(**kwargs: str) -> Any:
+        [d] = [d for d in deployments(**kwargs) if d.flow_name == "gpu-consolidate"]
+        return d
+
+    consolidation = served(approval_policy="oncall")
+    idle = build_event(obj="node", what="gpu-idle", cluster="prod", kind="Node",
+                       namespace=None, name="gpu-1", identity="episode-1", payload={})
+    stranded = build_event(obj="gpu", what="stranded", cluster="prod", kind="Cluster",
+                           namespace=None, name="prod", identity="episode-1", payload={})
+    [trigger] = consolidation.triggers
+    assert idle.event in trigger.expect and stranded.event not in trigger.expect
+    assert trigger.match.includes([idle.resource])
+    assert not trigger.match.includes([stranded.resource])
+    assert trigger.parameters == {"event_id": "{{ event.id | string }}"}
+    # Removing nodes is a pool change: a dry run unless capacity changes are applied.
+    assert consolidation.parameters == {"dry_run": True, "policy_block": "oncall"}
+    assert served(capacity_mode="apply").parameters == {"dry_run": False}
+    assert consolidation.schedules and consolidation.concurrency_limit == 1

@@ -12,6 +12,7 @@ from prefect.schedules import Interval, Schedule
 
 from gpuops.flows.capacity_prewarm import capacity_prewarm
 from gpuops.flows.drain_node import drain_node
+from gpuops.flows.gpu_consolidate import GPU_IDLE, gpu_consolidate
 from gpuops.flows.gpu_rebalance import STRANDED, gpu_rebalance
 from gpuops.flows.gpu_scan import gpu_scan
 from gpuops.flows.restart_diagnostics import restart_diagnostics
@@ -88,6 +89,22 @@ def deployments(*, approval_policy: str = "", capacity_mode: str = "dry-run") ->
             concurrency_limit=ConcurrencyLimitConfig(
                 limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
             description="Repack running GPU pods so Pending GPU pods fit, with approval."),
+        # A node whose allocated GPUs sit idle (the watcher's gpuops.node.gpu-idle, once per
+        # episode) starts a run, and so does the half-hour schedule, a quarter past the
+        # pre-warm (its plan, which consolidation never undercuts, is then fresh); the run's
+        # own check finds the nodes nothing runs on. Removing nodes is a pool change: a dry
+        # run unless pre-warm applies too. One run at a time, new ones cancelled.
+        gpu_consolidate.to_deployment(
+            name="on-idle", cron="15,45 * * * *", tags=["gpuops", "rebalance"],
+            triggers=[DeploymentEventTrigger(
+                name="GPUs idle", expect={GPU_IDLE},
+                match={"prefect.resource.id": "k8s.*", "gpuops.kind": "Node"},
+                parameters={"event_id": "{{ event.id | string }}"})],
+            parameters={"dry_run": capacity_mode != "apply", **policy},
+            concurrency_limit=ConcurrencyLimitConfig(
+                limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
+            description="Remove idle GPU nodes (cordon, drain, terminate that instance), "
+                        "with approval; never below the capacity plan or a pool's minimum."),
         gpu_scan.to_deployment(name="every-10-minutes", interval=timedelta(minutes=10),
                                tags=["gpuops", "rebalance"], description="GPU nodes as a "
                                "table: free GPUs, stranded GPUs, FGD fragmentation."),
