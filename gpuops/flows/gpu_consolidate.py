@@ -67,7 +67,10 @@ async def read_plan(max_age_s: float, now: datetime) -> tuple[dict[str, int], st
         return {}, (f"the latest `{PLAN_KEY}` is from {made:%Y-%m-%d %H:%M} UTC, older than "
                     f"{max_age_s:.0f}s: every pool held as it is")
     rows = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
-    return held_by_plan(rows or []), f"capacity plan of flow run {artifact.flow_run_id}"
+    if not isinstance(rows, list):
+        raise TypeError(f"`{PLAN_KEY}` artifact {artifact.id}: a table (list of rows) was "
+                         f"expected, got {type(rows).__name__}")
+    return held_by_plan(rows), f"capacity plan of flow run {artifact.flow_run_id}"
 
 
 def read_pools(config: CapacityConfig, kube: Kube, aws: Aws, eks_cluster: str,

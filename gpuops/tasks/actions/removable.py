@@ -68,7 +68,8 @@ def node_loads(nodes: Sequence[Obj], pods: Iterable[Obj]) -> list[NodeLoad]:
         name = node["metadata"]["name"]
         on_node = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p
                    for p in by_node.get(name, [])}
-        evicted = [f"{ns}/{pod}" for ns, pod, _ in plan_drain(name, list(on_node.values())).evict]
+        drained = plan_drain(name, [dict(p) for p in on_node.values()])
+        evicted = [f"{ns}/{pod}" for ns, pod, _ in drained.evict]
         gpu = tuple(k for k in evicted if pod_gpus(on_node[k]))
         other = tuple(k for k in evicted if k not in gpu)
         loads.append(NodeLoad(name, gpu, other,
