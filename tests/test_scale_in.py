@@ -92,6 +92,26 @@ class Cluster(Env):
         wait_for(lambda: self.core().read_namespaced_pod(name, "default").status.phase
                  == "Running", message=f"pod {name} running")
 
+    def deployment_on(self, name: str, node: str) -> None:
+        """A one-replica Deployment whose pod runs on `node`: the other nodes are cordoned
+        while it is scheduled, then uncordoned."""
+        others = [n.metadata.name for n in self.core().list_node().items
+                  if n.metadata.name != node]
+        for other in others:
+            self.core().patch_node(other, {"spec": {"unschedulable": True}})
+        client.AppsV1Api(self.sim.api).create_namespaced_deployment("default", {
+            "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                         "containers": [{"name": "main", "image": "nginx:1", "resources": {
+                             "requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}})
+        wait_for(lambda: any(p.metadata.name.startswith(name) and p.status.phase == "Running"
+                             for p in self.core().list_namespaced_pod(
+                                 "default", field_selector=f"spec.nodeName={node}").items),
+                 timeout=20, message=f"{name}'s pod running on {node}")
+        for other in others:
+            self.core().patch_node(other, {"spec": {"unschedulable": None}})
+
     def pods_on(self, node: str) -> set[str]:
         return {p.metadata.name for p in self.core().list_namespaced_pod(
             "default", field_selector=f"spec.nodeName={node}").items}
@@ -204,11 +224,14 @@ def test_consolidation_removes_only_the_idle_node_the_plan_does_not_hold(cluster
     a100_instance, a100_group = env.instance_of(a100), env.nodegroup_asg("a100")
     h100 = env.node_names("h100")
     empty_instance = env.instance_of(empty)
+    env.deployment_on("web", empty)  # no GPU pod, but a pod that fits elsewhere
+    [web] = env.pods_on(empty)
 
     run = ConsolidateThread(idle_for_s=0, **_blocks(env))
     message = approve(slack_fake)
     text = json.dumps(message["blocks"])
     assert empty in text and a100 in text and "-26.56 $/h" in text  # 21.96 + 4.60
+    assert f"moves default/{web}" in text
     state = run.result()
     assert state.is_completed(), state.message
     assert sorted(state.result()["removed"]) == sorted([empty, a100])
@@ -221,6 +244,11 @@ def test_consolidation_removes_only_the_idle_node_the_plan_does_not_hold(cluster
     assert env.node_names("l4") == set(busy) and env.node_names("h100") == h100
     assert empty_instance not in env.live_instances(L4_GROUP)
     assert env.asg(L4_GROUP)["DesiredCapacity"] == 2
+    wait_for(lambda: any(p.metadata.name.startswith("web-") and p.status.phase == "Running"
+                         and p.spec.node_name in env.node_names("l4") | h100 | {
+                             n.metadata.name for n in env.nodes("cpu")}
+                         for p in env.core().list_namespaced_pod("default").items),
+             timeout=20, message="web's replacement running on a remaining node")
     # The managed node group: that instance gone from the group behind it, sizes decremented.
     assert a100_instance not in env.live_instances(a100_group)
     assert env.asg(a100_group)["DesiredCapacity"] == 0
@@ -232,14 +260,21 @@ def test_consolidation_removes_only_the_idle_node_the_plan_does_not_hold(cluster
 
 def test_consolidation_dry_run_changes_nothing(cluster):
     env = cluster()
-    busy_l4(env)
+    _, empty = busy_l4(env)
     publish_plan(env)
+    a100 = next(iter(env.node_names("a100")))
+    env.core().create_namespaced_pod("default", {  # no controller would recreate it
+        "metadata": {"name": "bare"}, "spec": {"nodeName": a100, "containers": [
+            {"name": "main", "image": "busybox:1"}]}})
+    wait_for(lambda: env.core().read_namespaced_pod("bare", "default").status.phase
+             == "Running", message="the bare pod running")
     before = (env.groups(), {p: env.node_names(p) for p in ("h100", "a100", "l4")},
               {n.metadata.name: (n.metadata.annotations, n.spec.unschedulable)
                for n in env.core().list_node().items})
     state = consolidate(env, dry_run=True)
     assert state.is_completed(), state.message
-    assert len(state.result()["chosen"]) == 2
+    assert state.result()["chosen"] == [empty]
+    assert "default/bare may not move: no controller" in state.result()["kept"][a100]
     assert "would remove" in state.message
     after = (env.groups(), {p: env.node_names(p) for p in ("h100", "a100", "l4")},
              {n.metadata.name: (n.metadata.annotations, n.spec.unschedulable)

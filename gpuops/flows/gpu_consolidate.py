@@ -7,10 +7,11 @@ Started by the watcher's `gpuops.node.gpu-idle` and on a schedule. Each run:
    what the capacity pre-warm plan holds for it — the `target` column of the latest
    `capacity-targets` artifact the pre-warm flow publishes, the most nodes it wants over its
    next lead-time window; a pool without a plan younger than `plan_max_age_s` is held whole;
-3. records on each unused node since when it is unused (`gpuops.io/gpu-unused-since`;
+3. records on each node without GPU pods since when it has none (`gpuops.io/gpu-unused-since`;
    cleared when it is used again), so the idle threshold holds across runs;
-4. chooses (`tasks/rebalance/consolidation.py`): nodes that run nothing a drain would move,
-   unused for `idle_for_s`, never one the plan holds, never below a pool's minimum;
+4. chooses (`tasks/rebalance/consolidation.py`): nodes without GPU pods for `idle_for_s`
+   whose other pods (if any) may move and fit elsewhere by the planner's placement, never one
+   the plan holds, never below a pool's minimum;
 5. asks for approval (which nodes, what moves, $/h saved when the pool has a price), then
    removes each through `scale_in.remove_node`: cordon, drain through the Eviction API,
    terminate *that* instance with desired capacity decremented in the same call.
@@ -50,6 +51,7 @@ from gpuops.tasks.rebalance.consolidation import (
     held_by_plan,
     parse_since,
 )
+from gpuops.tasks.rebalance.from_kube import cluster_view
 from gpuops.tasks.rebalance.reading import run_is_active
 
 GPU_IDLE = event_name("node", "gpu-idle")
@@ -90,16 +92,17 @@ def read_pools(config: CapacityConfig, kube: Kube, aws: Aws, eks_cluster: str,
 
 def record_unused(kube: Kube, pools: list[PoolView], pods: list[dict[str, Any]],
                   now: datetime) -> list[PoolView]:
-    """Mark unused nodes with the time first seen so, unmark used ones; the views re-read."""
+    """Mark nodes without GPU pods with the time first seen so, unmark the others; the
+    views re-read."""
     stamp = now.isoformat()
     for pool in pools:
         for load in node_loads(list(pool.nodes), pods):
             node = next(n for n in pool.nodes if n["metadata"]["name"] == load.node)
             recorded = (node["metadata"].get("annotations") or {}).get(GPU_UNUSED_SINCE)
-            if load.empty and parse_since(recorded) is None:
+            if not load.gpu_pods and parse_since(recorded) is None:
                 kube.merge_patch_node(load.node, {"metadata": {"annotations": {
                     GPU_UNUSED_SINCE: stamp}}})
-            elif not load.empty and recorded:
+            elif load.gpu_pods and recorded:
                 kube.merge_patch_node(load.node, {"metadata": {"annotations": {
                     GPU_UNUSED_SINCE: None}}})
     return [PoolView(p.name, p.desired, p.floor, p.held, p.price_per_hour,
@@ -110,7 +113,8 @@ def record_unused(kube: Kube, pools: list[PoolView], pods: list[dict[str, Any]],
 def _rows(chosen: list[Candidate], kept: list[Kept], dry_run: bool) -> list[dict[str, Any]]:
     verb = "would remove" if dry_run else "remove"
     return ([{"node": c.node, "pool": c.pool, "decision": verb,
-              "why": f"unused since {c.unused_since:%Y-%m-%d %H:%M:%S} UTC",
+              "why": f"no GPU pod since {c.unused_since:%Y-%m-%d %H:%M:%S} UTC; moves "
+                     + (", ".join(c.moves) or "nothing"),
               "usd_per_hour_saved": c.price_per_hour} for c in chosen]
             + [{"node": k.node, "pool": k.pool, "decision": "keep", "why": k.why,
                 "usd_per_hour_saved": 0.0} for k in kept])
@@ -164,7 +168,10 @@ async def gpu_consolidate(dry_run: bool = False, idle_for_s: float = 1800.0,
         pods = await asyncio.to_thread(kube.list_pods)
         if not dry_run:
             pools = await asyncio.to_thread(record_unused, kube, pools, pods, now)
-        chosen, kept = choose(pools, pods, now=now, idle_for=timedelta(seconds=idle_for_s))
+        view = cluster_view(await asyncio.to_thread(kube.list_nodes), pods,
+                            await asyncio.to_thread(kube.list_pdbs))
+        chosen, kept = choose(pools, pods, now=now, idle_for=timedelta(seconds=idle_for_s),
+                              view=view)
         await acreate_table_artifact(
             table=_rows(chosen, kept, dry_run) or [{"node": "-", "pool": "-",
                                                     "decision": "-", "why": "no pool node",
@@ -182,8 +189,9 @@ async def gpu_consolidate(dry_run: bool = False, idle_for_s: float = 1800.0,
         if not dry_run:
             approval = await request_approval(ApprovalRequest(
                 title=f"GPU consolidation: remove {len(chosen)} idle node(s)",
-                summary="\n".join(f"• {c.node} (pool {c.pool}): nothing to move, unused "
-                                  f"since {c.unused_since:%H:%M} UTC" for c in chosen),
+                summary="\n".join(f"• {c.node} (pool {c.pool}): moves "
+                                  f"{', '.join(c.moves) or 'nothing'}; no GPU pod since "
+                                  f"{c.unused_since:%H:%M} UTC" for c in chosen),
                 reason=f"No GPU in use for at least {idle_for_s:.0f}s; the capacity plan "
                        f"does not hold them ({source}).",
                 plan="\n".join(f"cordon, drain, terminate {c.node}'s instance with its "
