@@ -13,7 +13,7 @@ and the next pods of the list arrive until the requests of running and pending p
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,8 +22,11 @@ from gpuops.tasks.rebalance.fragmentation import Shapes
 from gpuops.tasks.rebalance.placement import Placer
 from gpuops.tasks.rebalance.repack import PodRules, RepackOptions, repack_state
 
+if TYPE_CHECKING:
+    from gpuops.bench.packing import Workload
 
-def churn_arm(w, order: np.ndarray, placement: str, shapes: Shapes, kind: str | None,
+
+def churn_arm(w: Workload, order: np.ndarray, placement: str, shapes: Shapes, kind: str | None,
               budget: int, *, steps: int, depart_pct: float, seed: int,
               options: RepackOptions) -> dict[str, Any]:
     from gpuops.bench.packing import build_state
@@ -35,7 +38,6 @@ def churn_arm(w, order: np.ndarray, placement: str, shapes: Shapes, kind: str | 
     request = state.pod_num * state.pod_milli
     cap = w.capacity
     offered, nxt, waiting = 0, 0, []
-    departed = np.zeros(len(order), bool)
 
     def arrive() -> None:
         nonlocal offered, nxt
@@ -53,7 +55,6 @@ def churn_arm(w, order: np.ndarray, placement: str, shapes: Shapes, kind: str | 
                              replace=False)
         for p in leaving:
             state.unbind(int(p))
-            departed[p] = True
             offered -= int(request[p])
         waiting[:] = [p for p in waiting if not placer.place(p)]
         arrive()
@@ -76,7 +77,7 @@ def churn_arm(w, order: np.ndarray, placement: str, shapes: Shapes, kind: str | 
             "moved_pct_per_step": float(np.mean(moved_pct)), "plan_s": plan_s}
 
 
-def run_churn(w, shapes: Shapes, seeds: list[int], *, steps: int = 20,
+def run_churn(w: Workload, shapes: Shapes, seeds: list[int], *, steps: int = 20,
               depart_pct: float = 5.0, budget: int = 5,
               options: RepackOptions | None = None) -> dict[str, Any]:
     from gpuops.bench.packing import arrival_order
