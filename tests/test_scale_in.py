@@ -348,3 +348,28 @@ def test_the_served_deployment_is_triggered_by_the_watchers_gpu_idle_event_and_a
     assert consolidation.parameters == {"dry_run": True, "policy_block": "oncall"}
     assert served(capacity_mode="apply").parameters == {"dry_run": False}
     assert consolidation.schedules and consolidation.concurrency_limit == 1
+
+
+def test_a_drain_a_disruption_budget_blocks_keeps_the_node_and_undoes_the_cordon(cluster,
+                                                                                slack_fake):
+    env = cluster(slack_url=slack_fake.base_url)
+    _, empty = busy_l4(env)
+    publish_plan(env)
+    env.deployment_on("web", empty)
+    client.PolicyV1Api(env.sim.api).create_namespaced_pod_disruption_budget("default", {
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}})
+    [web] = env.pods_on(empty)
+    instance = env.instance_of(empty)
+
+    run = ConsolidateThread(idle_for_s=0, **_blocks(env))
+    approve(slack_fake)
+    state = run.result()
+    assert state.is_completed(), state.message
+    assert state.result()["outcomes"][empty] == "blocked"
+    node = env.core().read_node(empty)
+    assert not node.spec.unschedulable  # gpuops' cordon taken back
+    assert SCALE_IN_RUN not in (node.metadata.annotations or {})
+    assert env.pods_on(empty) == {web}
+    assert instance in env.live_instances(L4_GROUP)
+    assert env.asg(L4_GROUP)["DesiredCapacity"] == 3  # unchanged (the a100 node went)
