@@ -373,3 +373,29 @@ def test_a_drain_a_disruption_budget_blocks_keeps_the_node_and_undoes_the_cordon
     assert env.pods_on(empty) == {web}
     assert instance in env.live_instances(L4_GROUP)
     assert env.asg(L4_GROUP)["DesiredCapacity"] == 3  # unchanged (the a100 node went)
+
+
+# --- pure parts and bad input ---------------------------------------------------------------
+
+def test_a_node_without_an_ec2_provider_id_is_refused_naming_the_field():
+    from gpuops.tasks.actions.removable import instance_id
+
+    assert instance_id({"metadata": {"name": "n"},
+                        "spec": {"providerID": "aws:///us-east-1a/i-0abc"}}) == "i-0abc"
+    with pytest.raises(ValueError, match=r"node 'n': spec.providerID 'gce://p/z/n' names no"):
+        instance_id({"metadata": {"name": "n"}, "spec": {"providerID": "gce://p/z/n"}})
+
+
+def test_a_capacity_plan_row_without_a_target_is_refused_naming_the_row():
+    from gpuops.tasks.rebalance.consolidation import held_by_plan
+
+    assert held_by_plan([{"pool": "l4", "target": 2}]) == {"l4": 2}
+    with pytest.raises(ValueError, match=r"capacity-targets row 1: no integer `target`"):
+        held_by_plan([{"pool": "l4", "target": 2}, {"pool": "h100", "target": "many"}])
+
+
+def test_a_negative_idle_threshold_is_refused_before_anything_is_read(prefect_server):
+    state = asyncio.run(gpu_consolidate(idle_for_s=-1, return_state=True))
+    assert state.is_failed()
+    with pytest.raises(ValueError, match=r"idle_for_s \(-1"):
+        state.result()

@@ -71,7 +71,7 @@ async def read_plan(max_age_s: float, now: datetime) -> tuple[dict[str, int], st
     rows = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
     if not isinstance(rows, list):
         raise TypeError(f"`{PLAN_KEY}` artifact {artifact.id}: a table (list of rows) was "
-                         f"expected, got {type(rows).__name__}")
+                        f"expected, got {type(rows).__name__}")
     return held_by_plan(rows), f"capacity plan of flow run {artifact.flow_run_id}"
 
 
