@@ -230,6 +230,8 @@ async def remove_node(kube: Kube, aws: Aws, node: str, *, pool: str, floor: int,
             except KubeTooManyRequests as e:
                 blocked.append(f"{namespace}/{name}: {e}")
         if dry_run:
+            await perform(TerminateNodeInstance(aws, node, instance, pool, floor,
+                                                kube.cluster_name), dry_run=True)
             return Removal(node, instance, "would-remove", "", evicted)
         if blocked:
             await undo_removal(kube, node, run_id, cordoned_by_gpuops=by_us)
