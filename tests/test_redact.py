@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from gpuops.common.redact import MASK, is_secret_key, redact, redact_text
@@ -107,10 +105,13 @@ def test_redact_walks_json_like_structures():
     "password={" * 100_000,
     "?sig=" * 200_000,
 ])
-def test_a_megabyte_of_hostile_log_is_redacted_in_linear_time(text):
-    started = time.perf_counter()
-    redact_text(text)
-    assert time.perf_counter() - started < 5, "a pattern went quadratic"
+@pytest.mark.timeout(120)
+def test_a_megabyte_of_hostile_log_is_redacted_without_backtracking_blowup(text):
+    # Linear patterns finish a megabyte in well under a second on any machine; one that
+    # backtracks quadratically on these inputs takes hours, so the test's timeout catches it
+    # without a timed assertion that a busy machine would fail.
+    redacted = redact_text(text)
+    assert isinstance(redacted, str) and redacted
 
 
 # --- the families the first redaction missed (issue 11) ---------------------------------------
