@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from prefect import serve
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.events import DeploymentEventTrigger
+from prefect.exceptions import TerminationSignal
+from prefect.runner import Runner
 from prefect.schedules import Interval, Schedule
 
 from gpuops.flows.capacity_prewarm import capacity_prewarm
@@ -119,8 +123,20 @@ def served_deployment_names() -> list[str]:
 RUNNER_POLL_SECONDS = 2.0  # Prefect's default, 10 s, would add up to 10 s to every restart
 
 
-def serve_all(*, approval_policy: str = "", capacity_mode: str = "dry-run") -> None:
-    """Serve until interrupted; PREFECT_RUNNER_POLL_FREQUENCY, when set, wins."""
+def serve_all(*, approval_policy: str = "", capacity_mode: str = "dry-run",
+              when_registered: Callable[[], None] | None = None) -> None:
+    """Serve until interrupted; PREFECT_RUNNER_POLL_FREQUENCY, when set, wins.
+
+    Prefect's `serve()` with its Runner spelled out, so that `when_registered` runs once every
+    deployment exists on the server: `gpuops up` says it is up only then (a user who ran
+    `prefect deployment run drain-node/on-demand` right after the banner got a 404)."""
     poll = float(os.environ.get("PREFECT_RUNNER_POLL_FREQUENCY") or RUNNER_POLL_SECONDS)
-    serve(*deployments(approval_policy=approval_policy, capacity_mode=capacity_mode),
-          print_starting_message=True, query_seconds=poll)
+    runner = Runner(pause_on_shutdown=True, query_seconds=poll)
+    for deployment in deployments(approval_policy=approval_policy, capacity_mode=capacity_mode):
+        runner.add_deployment(deployment)
+    if when_registered is not None:
+        when_registered()
+    try:
+        asyncio.run(runner.start())
+    except (KeyboardInterrupt, TerminationSignal) as exc:
+        logging.getLogger(__name__).info("%s: no longer serving", type(exc).__name__)

@@ -20,6 +20,7 @@ import shlex
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -250,12 +251,15 @@ def _watch_children(services: list[Service], died: list[Service], stop: threadin
             return
 
 
-def serve_deployments(*, approval_policy: str, capacity_mode: str) -> None:
+def serve_deployments(*, approval_policy: str, capacity_mode: str,
+                      when_registered: Callable[[], None]) -> None:
     """Serve the deployments until Ctrl-C/SIGTERM. Prefect's runner handles the interrupt
-    itself (pausing the deployments) and returns; `run_up` then stops every component."""
+    itself (pausing the deployments) and returns; `run_up` then stops every component.
+    `when_registered` runs once every deployment exists on the server."""
     from gpuops.deployments.serve import serve_all
 
-    serve_all(approval_policy=approval_policy, capacity_mode=capacity_mode)
+    serve_all(approval_policy=approval_policy, capacity_mode=capacity_mode,
+              when_registered=when_registered)
 
 
 def _banner(home: Path, stack: Stack, prefect_port: int, simulated: bool,
@@ -322,12 +326,13 @@ def run_up(*, kubeconfig: Path | None = None, settings: UpSettings | None = None
             os.environ.update(stack.secret_env)
             for name, value in AWS_DEFAULTS.items():
                 os.environ.setdefault(name, value)
-            say(_banner(home, stack, prefect_port, simulated=kubeconfig is None,
-                        capacity_mode=settings.capacity_mode))
             threading.Thread(target=_watch_children, args=(services, died, stop_watching),
                              name="gpuops-up-watchdog", daemon=True).start()
+            banner = _banner(home, stack, prefect_port, simulated=kubeconfig is None,
+                             capacity_mode=settings.capacity_mode)
             serve_deployments(approval_policy=stack.approval_policy,
-                              capacity_mode=settings.capacity_mode)
+                              capacity_mode=settings.capacity_mode,
+                              when_registered=lambda: say(banner))
         except KeyboardInterrupt:
             pass
         finally:
