@@ -43,11 +43,14 @@ chromium:
 up: install prometheus
 	$(BIN)/gpuops up $(ARGS)
 
-# Runs every check and fails if any failed, so one report shows everything.
+# Runs every check and fails if any failed, so one report shows everything. The suite runs
+# on two workers, a file per worker at a time (each worker has its own Prefect server).
 test: install prometheus chromium
 	@status=0; \
 	$(BIN)/lint-imports || status=1; \
-	$(BIN)/pytest -q --timeout=300 || status=1; \
+	$(BIN)/ruff check gpuops tests || status=1; \
+	$(BIN)/mypy || status=1; \
+	$(BIN)/pytest -q --timeout=300 -n 2 --dist loadfile || status=1; \
 	exit $$status
 
 bench: install
