@@ -236,7 +236,9 @@ def replay(w: Workload, order: np.ndarray, placement: str, shapes: Shapes,
                 plan_s = max(plan_s, time.monotonic() - started)
                 moved += len(evicted)
                 waiting.extend(failed)
-            waiting = [p for p in sorted(waiting) if not placer.place(p)]
+            # pending pods the repack landed are bound already; retry the others
+            waiting = [p for p in sorted(waiting)
+                       if state.pod_node[p] < 0 and not placer.place(p)]
             running = int((state.pod_node >= 0).sum())
             figures["unallocated"][str(a)] = state.unallocated_pct()
             figures["stranded"][str(a)] = stranded_gpus(state, waiting)

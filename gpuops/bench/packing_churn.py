@@ -70,7 +70,8 @@ def churn_arm(w: Workload, order: np.ndarray, placement: str, shapes: Shapes, ki
             moved = len(evicted)
             waiting.extend(failed)
         plan_s = max(plan_s, time.monotonic() - started)
-        waiting[:] = [p for p in sorted(waiting) if not placer.place(p)]
+        waiting[:] = [p for p in sorted(waiting)
+                      if state.pod_node[p] < 0 and not placer.place(p)]
         unallocated.append(state.unallocated_pct())
         moved_pct.append(100.0 * moved / max(1, int((state.pod_node >= 0).sum())))
     return {"unallocated_mean": float(np.mean(unallocated)),

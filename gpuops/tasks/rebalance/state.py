@@ -95,6 +95,8 @@ class PackState:
     # --- changes --------------------------------------------------------------------------
 
     def bind(self, p: int, node: int, gpu_ids: tuple[int, ...]) -> None:
+        if self.pod_node[p] >= 0:
+            raise ValueError(f"pod row {p} is bound already (node {self.pod_node[p]})")
         self.cpu_free[node] -= self.pod_cpu[p]
         self.mem_free[node] -= self.pod_mem[p]
         milli = self.pod_milli[p]
@@ -108,6 +110,8 @@ class PackState:
 
     def unbind(self, p: int) -> tuple[int, tuple[int, ...]]:
         node = int(self.pod_node[p])
+        if node < 0:
+            raise ValueError(f"pod row {p} is not bound")
         gpu_ids = self.pod_gpus[p]
         self.cpu_free[node] += self.pod_cpu[p]
         self.mem_free[node] += self.pod_mem[p]
