@@ -636,8 +636,8 @@ class Greedy:
                     if g in free_now:
                         continue
                     occupants = [q for q in on_dev.get(g, ()) if q not in evict]
-                    if not all(self._eligible(q, p) for q in occupants):
-                        continue
+                    if not occupants or not all(self._eligible(q, p) for q in occupants):
+                        continue  # (no occupant: evicting nothing would free nothing)
                     rank = (sum(r.cost[q] for q in occupants), len(occupants))
                     if best is None or rank < best[0]:
                         best = (rank, g, occupants)
