@@ -155,7 +155,7 @@ def F(name: str, family: str, line: str, **secrets: SecretMaker) -> CredentialFo
 FORMATS: tuple[CredentialFormat, ...] = (
     # --- clouds ------------------------------------------------------------------------------
     F("aws-credentials-file", "cloud",
-      "+ cat /root/.aws/credentials\n[default]\naws_access_key_id = {{id}}\n"
+      "+ cat ~/.aws/credentials\n[default]\naws_access_key_id = {{id}}\n"
       "aws_secret_access_key = {{secret}}\nregion = us-east-1", id=_AWS_ID, secret=_AWS_SECRET),
     F("aws-export-credentials", "cloud",
       "$ aws configure export-credentials --format env\nexport AWS_ACCESS_KEY_ID={{id}}\n"
@@ -347,7 +347,7 @@ FORMATS: tuple[CredentialFormat, ...] = (
       '+ curl https://api.anthropic.com/v1/messages -H "x-api-key: {{key}}" -H '
       '"anthropic-version: 2023-06-01"', key=token("sk-ant-api03-", Run(B64URL, 93), "AA")),
     F("wandb-netrc", "ml",
-      "+ cat /root/.netrc\nmachine api.wandb.ai\n  login user\n  password {{key}}",
+      "+ cat ~/.netrc\nmachine api.wandb.ai\n  login user\n  password {{key}}",
       key=token(Run(HEX, 40))),
     F("wandb-env", "ml", "WANDB_API_KEY={{key}}", key=token(Run(HEX, 40))),
     F("databricks-cfg", "ml",
@@ -507,7 +507,7 @@ FORMATS: tuple[CredentialFormat, ...] = (
       "-----BEGIN EC PRIVATE KEY-----\n{{body}}\n-----END EC PRIVATE KEY-----",
       body=pem_body(2, last=20)),
     F("pem-openssh-private-key", "key",
-      "+ cat /root/.ssh/id_ed25519\n-----BEGIN OPENSSH PRIVATE KEY-----\n"
+      "+ cat ~/.ssh/id_ed25519\n-----BEGIN OPENSSH PRIVATE KEY-----\n"
       "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n{{body}}\n"
       "-----END OPENSSH PRIVATE KEY-----", body=pem_body(4, width=70)),
     F("pem-dsa-private-key", "key",
