@@ -25,6 +25,17 @@ from gpuops.tasks.clients.kube import Kube
 PLACEHOLDER_PRIORITY = -10
 
 
+def pool_target(pool: str) -> str:
+    """The slot every change to a node pool holds, whichever module makes it: one flow at a
+    time changes a pool."""
+    return f"nodepool/{pool}"
+
+
+def pool_resource(cluster_name: str, pool: str) -> dict[str, str]:
+    """The event resource of a change to a node pool, `k8s.<cluster>.nodepool._.<pool>`."""
+    return k8s_resource(cluster_name, "NodePool", None, pool)
+
+
 @dataclass
 class SetNodeGroupMinSize(SafeAction):
     """EKS managed node group: minSize = `min_size` (and desiredSize raised to it if below,
@@ -41,10 +52,10 @@ class SetNodeGroupMinSize(SafeAction):
 
     @property
     def target(self) -> str:
-        return f"nodepool/{self.pool}"
+        return pool_target(self.pool)
 
     def resource(self) -> dict[str, str]:
-        return k8s_resource(self.cluster_name, "NodePool", None, self.pool)
+        return pool_resource(self.cluster_name, self.pool)
 
     def describe(self) -> str:
         return (f"set EKS node group {self.nodegroup} minSize to {self.min_size} "
@@ -84,10 +95,10 @@ class SetAsgDesiredCapacity(SafeAction):
 
     @property
     def target(self) -> str:
-        return f"nodepool/{self.pool}"
+        return pool_target(self.pool)
 
     def resource(self) -> dict[str, str]:
-        return k8s_resource(self.cluster_name, "NodePool", None, self.pool)
+        return pool_resource(self.cluster_name, self.pool)
 
     def describe(self) -> str:
         return f"set Auto Scaling group {self.group} desired capacity to {self.desired} " \
@@ -116,10 +127,10 @@ class SetAsgWarmPool(SafeAction):
 
     @property
     def target(self) -> str:
-        return f"nodepool/{self.pool}"
+        return pool_target(self.pool)
 
     def resource(self) -> dict[str, str]:
-        return k8s_resource(self.cluster_name, "NodePool", None, self.pool)
+        return pool_resource(self.cluster_name, self.pool)
 
     def describe(self) -> str:
         return f"keep {self.min_size} warm (stopped) instance(s) in {self.group}'s warm pool"
@@ -167,10 +178,10 @@ class PlaceholderCapacity(SafeAction):
 
     @property
     def target(self) -> str:
-        return f"nodepool/{self.pool}"
+        return pool_target(self.pool)
 
     def resource(self) -> dict[str, str]:
-        return k8s_resource(self.kube.cluster_name, "NodePool", None, self.pool)
+        return pool_resource(self.kube.cluster_name, self.pool)
 
     def describe(self) -> str:
         return (f"hold {self.replicas} placeholder pod(s) x {self.gpus_per_pod} GPU(s) on pool "

@@ -43,6 +43,7 @@ from gpuops.common.events import k8s_resource
 from gpuops.common.podfacts import is_daemonset_pod, is_mirror_pod
 from gpuops.tasks.actions.drain import plan_drain
 from gpuops.tasks.actions.kube import CordonNode, EvictPod, UncordonNode
+from gpuops.tasks.actions.nodepools import pool_resource, pool_target
 from gpuops.tasks.actions.perform import SafeAction, hold_targets, perform
 from gpuops.tasks.actions.removable import empty_nodes, instance_id
 from gpuops.tasks.clients.aws import Aws
@@ -143,7 +144,7 @@ class TerminateNodeInstance(SafeAction):
 
     @property
     def target(self) -> str:
-        return f"nodepool/{self.pool}"
+        return pool_target(self.pool)
 
     def describe(self) -> str:
         return (f"terminate instance {self.instance} (node {self.node}) and decrement pool "
@@ -211,7 +212,7 @@ async def remove_node(kube: Kube, aws: Aws, node: str, *, pool: str, floor: int,
     async with AsyncExitStack() as stack:
         if not dry_run:
             await stack.enter_async_context(hold_targets([f"node/{node}",
-                                                          f"nodepool/{pool}"]))
+                                                          pool_target(pool)]))
         annotations = current["metadata"].get("annotations") or {}
         ours = annotations.get(SCALE_IN_RUN) == run_id
         cordoned = bool((current.get("spec") or {}).get("unschedulable"))
@@ -349,7 +350,7 @@ class ScaleInPool(SafeAction):
 
     @property
     def target(self) -> str:
-        return f"nodepool/{self.pool}"
+        return pool_target(self.pool)
 
     def describe(self) -> str:
         return (f"scale pool {self.pool} ({self.group}) in to {self.desired} by removing "
@@ -362,7 +363,7 @@ class ScaleInPool(SafeAction):
         raise NotImplementedError("ScaleInPool is a sequence of actions: await its run()")
 
     def resource(self) -> dict[str, str]:
-        return k8s_resource(self.kube.cluster_name, "NodePool", None, self.pool)
+        return pool_resource(self.kube.cluster_name, self.pool)
 
     def details(self) -> dict[str, Any]:
         return {"group": self.group, "desired": self.desired}
