@@ -393,3 +393,39 @@ def test_node_shutdown_deletes_the_node_and_its_pods_and_the_pool_replaces_it(si
     replacement = wait_for(lambda: pool_nodes(sim.api, "gpu"), message="a replacement node")
     assert replacement[0].metadata.name != node
     assert ready(replacement[0]) == ("False", "KubeletNotReady")
+
+
+def test_an_instance_terminated_before_the_first_read_removes_its_own_node(tmp_path):
+    """The race CI met: a node's instance is terminated (with decrement) after the pool's
+    nodes were adopted as instances but before the group was first read. That node goes,
+    not the one a bare decrease's termination policy would pick."""
+    from gpuops.simcluster.cloud.aws import GroupSize
+    from gpuops.simcluster.cloud.nodepools import NodePoolController
+    from gpuops.simcluster.cluster import SimCluster
+    from gpuops.simcluster.config import SimConfig
+    from gpuops.simcluster.scenario import parse_scenario, scenario_text
+
+    path = write_scenario(tmp_path, gpu_size=3, zones="[us-east-1a, us-east-1b]")
+    cluster = SimCluster(SimConfig(scenario=path, aws_endpoint="http://127.0.0.1:9"))
+    cluster.assemble(parse_scenario(*scenario_text(path)))
+    [pools] = [c for c in cluster.controllers if isinstance(c, NodePoolController)]
+    runtime = pools.runtimes["gpu"]
+    nodes_type = cluster.store.type("nodes")
+    names = sorted(n["metadata"]["name"] for n in cluster.store.list(nodes_type)
+                   if n["metadata"]["labels"].get("gpuops.io/pool") == "gpu")
+    zones = {n: cluster.store.find(nodes_type, None, n)["metadata"]["labels"][
+        "topology.kubernetes.io/zone"] for n in names}
+    instances = {name: f"i-{k}" for k, name in enumerate(names)}
+    pools.adopt_instances(runtime, instances)
+    # The termination policy would pick a node in the crowded zone; terminate the other.
+    crowded = max(set(zones.values()), key=list(zones.values()).count)
+    [chosen] = [n for n in names if zones[n] != crowded]
+    left = {instances[n]: zones[n] for n in names if n != chosen}
+    pools.apply_group_size(runtime, GroupSize(desired=2, instances=left))
+    pools.step()
+
+    def going(name: str) -> bool:
+        node = cluster.store.find(nodes_type, None, name)
+        return node is None or bool(node["spec"].get("unschedulable"))
+
+    assert {n for n in names if going(n)} == {chosen}

@@ -218,6 +218,9 @@ class NodePoolController:
             self.store.mutate(self.index.nodes_type, None, name, point)
         if adopted:
             runtime.preexisting = set()  # every instance found at the first read has a node
+            # Known from now: one terminated before the first read of the group still
+            # removes its own node, not whichever the scale-in policy would pick.
+            runtime.known_instances |= set(adopted.values())
 
     def _start_removal(self, runtime: PoolRuntime, name: str, now: float) -> None:
         if name in runtime.removing or self.store.find(self.index.nodes_type, None, name) is None:
