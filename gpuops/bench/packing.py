@@ -231,8 +231,8 @@ def replay(w: Workload, order: np.ndarray, placement: str, shapes: Shapes,
             elif kind == "fragmultipod" and allowed > 0:
                 started = time.monotonic()
                 may = rules.movable & (rules.pdb < 0)
-                may = None if may.all() else may
-                evicted, failed = frag_multi_pod(state, placer, shapes, allowed, may)
+                evicted, failed = frag_multi_pod(state, placer, shapes, allowed,
+                                                 None if may.all() else may)
                 plan_s = max(plan_s, time.monotonic() - started)
                 moved += len(evicted)
                 waiting.extend(failed)

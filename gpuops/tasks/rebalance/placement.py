@@ -135,6 +135,7 @@ class Placer:
         s = self.state
         stale = nodes[self._frag_version[nodes] != s.version[nodes]]
         if len(stale):
+            assert self.shapes is not None  # FGD state (_frag_version above) exists only with shapes
             self._frag_now[stale] = node_fragmentation(s.cpu_free[stale], s.gpu_free[stale],
                                                        s.model[stale], self.shapes, self.access)
             self._frag_version[stale] = s.version[stale]
@@ -160,6 +161,7 @@ class Placer:
                      milli: int) -> tuple[np.ndarray, np.ndarray]:
         s = self.state
         before = self.fragmentation_now(nodes)
+        assert self.shapes is not None  # as fragmentation_now's
         gpu = s.gpu_free[nodes]
         cpu_after = s.cpu_free[nodes] - cpu
         if num == 1 and milli < MILLI:  # shared: try every device that fits

@@ -47,6 +47,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -450,6 +451,8 @@ class Greedy:
             return 0.0
         top = max(int(r.priority[p]) for p in pending)
         access = self.dest.access
+        shapes = self.shapes
+        assert shapes is not None  # run() defragments only with shapes (dest has `access`)
         cost = 0.0
         tried: set[int] = set()
         while self.budget > 0 and pending and not self._expired():
@@ -469,7 +472,7 @@ class Greedy:
                     for g in s.pod_gpus[q]:
                         gpu[i, g] += s.pod_milli[q]
                 after = node_fragmentation(cpu, gpu, np.full(len(pods), s.model[v]),
-                                           self.shapes, access)
+                                           shapes, access)
                 for i in np.argsort(after)[:3]:
                     q = pods[int(i)]
                     gain = frag[v] - after[i]
@@ -621,7 +624,7 @@ class Greedy:
                         need -= s.pod_milli[q]
                     if need > 0:
                         continue
-                rank = (sum(r.cost[q] for q in chosen), len(chosen), free[g])
+                rank: tuple[Any, ...] = (sum(r.cost[q] for q in chosen), len(chosen), free[g])
                 if best is None or rank < best[0]:
                     best = (rank, g, chosen)
             if best is None:

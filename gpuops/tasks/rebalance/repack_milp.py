@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import cast
 
 import cvxpy as cp
 import numpy as np
@@ -73,8 +74,8 @@ def _solve(state: PackState, pending: Sequence[int], rules, options, *,
     fixed_gpu = s.gpu_cap.astype(np.int64).copy()
     fixed_cpu = s.cpu_cap.copy()
     fixed_mem = s.mem_cap.copy()
-    for q in placed:
-        if int(q) in mov_set:
+    for q in placed.tolist():  # python ints, as in `movable`
+        if q in mov_set:
             continue
         v = s.pod_node[q]
         fixed_cpu[v] -= s.pod_cpu[q]
@@ -115,7 +116,7 @@ def _solve(state: PackState, pending: Sequence[int], rules, options, *,
     cons.append(stay + a_go @ y == 1)
     placed_p = a_land @ y
     cons.append(placed_p <= 1)
-    if nz:
+    if z is not None:  # (nz > 0)
         a_zy = np.zeros((ny, nz))
         for c, ids in enumerate(z_of_y):
             a_zy[c, ids] = 1
@@ -143,7 +144,7 @@ def _solve(state: PackState, pending: Sequence[int], rules, options, *,
         a_mem_y[v, c] = s.pod_mem[pod]
     dev_cap = np.array([fixed_gpu[v, g] for (v, g) in dev_index])
     if len(dev_index):
-        lhs = a_dev_stay @ stay + (a_dev_z @ z if nz else 0)
+        lhs = a_dev_stay @ stay + (a_dev_z @ z if z is not None else 0)
         cons.append(lhs <= dev_cap)
     cons.append(a_cpu_stay @ stay + a_cpu_y @ y <= fixed_cpu)
     cons.append(a_mem_stay @ stay + a_mem_y @ y <= fixed_mem)
@@ -184,8 +185,9 @@ def _solve(state: PackState, pending: Sequence[int], rules, options, *,
                          time.monotonic() - started)
     status = OPTIMAL if problem.status == cp.OPTIMAL and options.mip_rel_gap == 0 else (
         FEASIBLE if problem.status == cp.OPTIMAL else TIME_LIMIT)
-    yv = y.value > 0.5
-    zv = z.value > 0.5 if nz else np.zeros(0, bool)
+    # the solver sets every variable's value when it sets stay's
+    yv = cast(np.ndarray, y.value) > 0.5
+    zv = cast(np.ndarray, z.value) > 0.5 if z is not None else np.zeros(0, bool)
     chosen: dict[int, tuple[int, tuple[int, ...]]] = {}
     for c, (pod, v) in enumerate(cols_y):
         if yv[c]:
