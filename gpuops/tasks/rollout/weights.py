@@ -1,0 +1,132 @@
+"""Moving an HTTPRoute's traffic split between the old and the new InferencePool (pure).
+
+A split is two integer percentages (old, new) that sum to 100. Every rule of the route that
+names either pool gets both backendRefs with those weights: a missing one is added (the first
+step adds the new pool), a pool at 0 keeps its backendRef (a rollback only moves weights back).
+A rule that also sends traffic elsewhere (another backend with weight > 0) is refused: the
+weights would then not be the percentages the rollout judges by.
+
+The patch is a JSON patch whose `test` operations pin each backendRef it changes (name, and
+weight when set), so a route someone edited meanwhile is refused by the API server (422)
+instead of overwritten; the rollout's state annotations ride in the same patch, so weights and
+the record of them change together or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuops.common.errors import ConfigError
+from gpuops.tasks.rollout.objects import POOL_KIND, HTTPRoute, PoolRef, RouteRule
+
+Patch = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class WeightSplit:
+    old: int
+    new: int
+
+    def __str__(self) -> str:
+        return f"{self.old}/{self.new}"
+
+
+def _percentage(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(field, f"must be an integer percentage, got {value!r}")
+    if not 0 <= value <= 100:
+        raise ConfigError(field, f"must be within 0..100, got {value}")
+    return value
+
+
+def parse_split(old: object, new: object, *, field: str = "weights") -> WeightSplit:
+    """A validated split: integers (not bools, not 12.5), each in 0..100, summing to 100."""
+    split = WeightSplit(_percentage(old, f"{field}.old"), _percentage(new, f"{field}.new"))
+    if split.old + split.new != 100:
+        raise ConfigError(field, f"old + new must be 100, got {split.old} + {split.new} = "
+                          f"{split.old + split.new}")
+    return split
+
+
+def current_split(route: HTTPRoute, old: PoolRef, new: PoolRef) -> dict[int, tuple[int, int]]:
+    """(old, new) weights per rule index, for every rule naming either pool."""
+    return {r.index: (route.weight_of(r, old), route.weight_of(r, new))
+            for r in route.rules_for(old, new)}
+
+
+def split_applied(route: HTTPRoute, old: PoolRef, new: PoolRef, split: WeightSplit) -> bool:
+    """Does every rule naming the pools carry `split` already (the postcondition)?"""
+    weights = current_split(route, old, new)
+    return bool(weights) and all(w == (split.old, split.new) for w in weights.values())
+
+
+def _check_rule(route: HTTPRoute, rule: RouteRule, old: PoolRef, new: PoolRef) -> None:
+    where = f"HTTPRoute {route}.spec.rules[{rule.index}]"
+    for pool in (old, new):
+        if len(rule.backends_of(pool)) > 1:
+            raise ConfigError(f"{where}.backendRefs", f"names InferencePool {pool} more than "
+                              "once; merge those backendRefs first")
+    for b in rule.backends:
+        if b.weight > 0 and not (b.names(old) or b.names(new)):
+            raise ConfigError(f"{where}.backendRefs[{b.index}]",
+                              f"also sends traffic to {b.kind} {b.namespace}/{b.name} "
+                              f"(weight {b.weight}); a rollout needs a rule that routes to the "
+                              "old and the new pool only (set that weight to 0 or split the rule)")
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")  # RFC 6901
+
+
+def _annotation_ops(route: HTTPRoute, annotations: Mapping[str, str | None]) -> Patch:
+    if not route.annotations:
+        values = {k: v for k, v in annotations.items() if v is not None}
+        return [{"op": "add", "path": "/metadata/annotations", "value": values}] if values else []
+    ops: Patch = []
+    for key, value in annotations.items():
+        path = f"/metadata/annotations/{_escape(key)}"
+        if value is None:
+            if key in route.annotations:
+                ops.append({"op": "remove", "path": path})
+        elif route.annotations.get(key) != value:
+            ops.append({"op": "add", "path": path, "value": value})
+    return ops
+
+
+def weight_patch(route: HTTPRoute, old: PoolRef, new: PoolRef, split: WeightSplit, *,
+                 annotations: Mapping[str, str | None] | None = None) -> Patch:
+    """The JSON patch that gives every rule naming `old` or `new` the weights `split`.
+
+    `annotations`: set (a string) or removed (None) in the same patch. Empty when the route
+    already carries the split and the annotations: nothing to do."""
+    if old == new:
+        raise ConfigError("new_pool", f"is the old pool itself ({old})")
+    rules = route.rules_for(old, new)
+    if not rules:
+        routed = sorted({f"{b.namespace}/{b.name}" for r in route.rules for b in r.backends
+                         if b.kind == POOL_KIND})
+        raise ConfigError("old_pool", f"HTTPRoute {route} routes to neither InferencePool "
+                          f"{old} nor {new}; it routes to: {', '.join(routed) or 'no pool'}")
+    ops: Patch = []
+    for rule in rules:
+        _check_rule(route, rule, old, new)
+        base = f"/spec/rules/{rule.index}/backendRefs"
+        for pool, weight in ((old, split.old), (new, split.new)):
+            found = rule.backends_of(pool)
+            if not found:
+                ref: dict[str, Any] = {"group": pool.group, "kind": POOL_KIND, "name": pool.name,
+                                       "weight": weight}
+                if pool.namespace != route.namespace:
+                    ref["namespace"] = pool.namespace
+                ops.append({"op": "add", "path": f"{base}/-", "value": ref})
+                continue
+            b = found[0]
+            if b.weight == weight and b.weight_set:
+                continue
+            ops.append({"op": "test", "path": f"{base}/{b.index}/name", "value": b.name})
+            if b.weight_set:
+                ops.append({"op": "test", "path": f"{base}/{b.index}/weight", "value": b.weight})
+            ops.append({"op": "add", "path": f"{base}/{b.index}/weight", "value": weight})
+    return ops + _annotation_ops(route, annotations or {})
