@@ -220,7 +220,8 @@ def env_factory(prefect_server, prometheus, moto_url, sim_factory, tmp_path):
         sim = sim_factory(str(scenario), aws_endpoint=moto_url)
         env = Env(sim, moto_url, prometheus,
                   save_blocks(moto_url, sim, prometheus, slack_url, **overrides))
-        wait_for(lambda: len(env.groups()) == 4, message="node groups and the ASG in moto")
+        wait_for(lambda: len(env.groups()) == 4, timeout=60,
+                 message="node groups and the ASG in moto")
         return env
     return make
 
