@@ -4,7 +4,8 @@ Every component is handed what it uses and nothing more: the store, the clock, t
 recorder, the log store, the fault registry, an informer-style index, its typed config
 section (`config.py`). What two components share is a `core/` object built here once (the
 owner index of the controllers and the API server's DELETE, the GPU allocations of the kubelet
-and the DCGM exporter, the node index of the node pools and the node lifecycle controller);
+and the DCGM exporter, the node index of the node pools and the node lifecycle controller, the
+per-version model-load times the metrics engine's `slow-version` sets and the kubelet reads);
 no component reaches another. Components are built after the scenario is in the store and in
 this order, which is also the order their store listeners are called in.
 """
@@ -40,6 +41,7 @@ from .core.nodeindex import NodeIndex
 from .core.ownership import OwnerIndex
 from .core.recorder import Recorder
 from .core.store import Store
+from .core.versions import LoadTimes
 from .kubelet.kubelet import Kubelet
 from .metrics.engine import MetricsEngine
 from .scenario import ParsedScenario, apply_scenario, parse_scenario, scenario_text
@@ -89,17 +91,19 @@ class SimCluster:
                                                   scenario.scenario.demand)
         store, clock, recorder, knobs = self.store, self.clock, self.recorder, self.knobs
         gpus = GpuAllocations(store, store.type("pods"), store.type("nodes"))
+        load_times = LoadTimes()  # slow-version faults (metrics) -> model loads (kubelet)
         owners: OwnerIndex | None = None
         if self.config.controllers:
             self.controllers = [
                 Scheduler(store, clock, recorder, knobs.scheduler()),
                 Kubelet(store, clock, recorder, self.logs, self.faults, gpus,
-                        knobs.kubelet.config()),
+                        knobs.kubelet.config(), load_times),
             ]
             owners = OwnerIndex(store)
             self.controllers += self._controller_manager(owners)
             self.controllers += self._cloud(pools)
-        metrics = MetricsEngine(store, clock, self.faults, gpus, knobs.demand_model())
+        metrics = MetricsEngine(store, clock, self.faults, gpus, knobs.demand_model(),
+                                seed=knobs.seed, load_times=load_times)
         if self.config.controllers:
             self.controllers.append(metrics)
         api = ApiServer(store, clock, self.logs, self.faults,

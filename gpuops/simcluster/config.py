@@ -57,6 +57,9 @@ class Knobs(_Section):
     aws_poll_seconds: float = NodePoolsConfig.aws_poll_seconds
     # per model: {baseRps, peakRps, peakHourUtc, weekendFactor}, read by the metrics engine
     demand: dict[str, Any] = Field(default_factory=dict)
+    # the cluster's seed: every random draw of the serving model (which request fails, its
+    # latencies) follows from it, so a run can be repeated
+    seed: int = Field(0, ge=0)
 
     @field_validator("scheduler_scoring")
     @classmethod

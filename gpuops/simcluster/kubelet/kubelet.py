@@ -28,6 +28,7 @@ from ..core.logs import LogStore
 from ..core.recorder import Recorder
 from ..core.resources import ResourceType
 from ..core.store import Store
+from ..core.versions import LoadTimes
 from ..core.workqueue import ControllerLoop
 from .containerlogs import LogContext
 from .env import config_values, container_environment
@@ -118,7 +119,8 @@ class Kubelet(ControllerLoop):
     name = "kubelet"
 
     def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder, logs: LogStore,
-                 faults: FaultRegistry, gpus: GpuAllocations, config: KubeletConfig) -> None:
+                 faults: FaultRegistry, gpus: GpuAllocations, config: KubeletConfig,
+                 load_times: LoadTimes | None = None) -> None:
         super().__init__(store, clock)
         self.recorder = recorder
         self.logs = logs
@@ -128,6 +130,7 @@ class Kubelet(ControllerLoop):
         self.configmaps = store.type("configmaps")
         self.secrets = store.type("secrets")
         self.pulls = config.pulls
+        self.load_times = load_times  # per-version model-load times (`slow-version` faults)
         self.tunables = config.tunables
         self.pods: dict[PodKey, PodRuntime] = {}
         self.by_node: dict[str, set[PodKey]] = {}
@@ -267,7 +270,7 @@ class Kubelet(ControllerLoop):
             del self.touched_at[key]
             at = min(max(touched, pod.admitted_at), now)
             self._catch_up(pod, at, out)
-            view = pod_spec_view(obj, self.pulls)
+            view = pod_spec_view(obj, self.pulls, self.load_times)
             if view != pod.spec:
                 update_spec(pod, view, at, self.world, out)
             replan(pod, at, self.world)
@@ -292,7 +295,7 @@ class Kubelet(ControllerLoop):
                 self.store.finalize_deletion(self.pods_rt, *key)
             self.by_node[node].discard(key)
             return None
-        view = pod_spec_view(obj, self.pulls)
+        view = pod_spec_view(obj, self.pulls, self.load_times)
         pod_ip = info.host_ip if view.host_network else info.allocate_ip()
         ctx = LogContext(pod=meta["name"], namespace=meta["namespace"],
                          gpu_product=info.gpu_product, rank=_rank(obj))

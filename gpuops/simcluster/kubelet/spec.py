@@ -8,7 +8,9 @@ pod says it through annotations (pod-wide, or for one container with a `.<contai
   (default 2 s, or the cluster's `PullTimes`: a scenario's `sim.kubelet.pull_seconds` and
   per-image globs in `sim.kubelet.image_pull_seconds`).
 - `sim.gpuops.io/load-seconds`: model-load time after start; readiness (and the startup and
-  liveness probes) fail until it is over (default 0).
+  liveness probes) fail until it is over (default 0). A `slow-version` fault's load time
+  (`core/versions.py`: image, model or command-line globs) replaces it for matching containers
+  of pods the kubelet takes on after the fault.
 - `sim.gpuops.io/run-seconds`: how long the container runs before exiting by itself (absent:
   forever; init containers default to 1 s). `sim.gpuops.io/exit-code` is its exit code (0).
 - `sim.gpuops.io/memory-growth-mib-per-min` (+ `sim.gpuops.io/memory-base-mib`, default a
@@ -30,6 +32,7 @@ from typing import Any
 from gpuops.common.quantity import parse_quantity
 
 from ..core.gpus import container_gpu_request
+from ..core.versions import LoadTimes
 
 PREFIX = "sim.gpuops.io/"
 PULL_SECONDS = PREFIX + "pull-seconds"
@@ -293,7 +296,7 @@ def _pull_seconds(image: str, annotations: dict[str, str], name: str,
 
 
 def container_spec(raw: dict[str, Any], role: str, annotations: dict[str, str],
-                   pulls: PullTimes) -> ContainerSpec:
+                   pulls: PullTimes, loads: LoadTimes | None = None) -> ContainerSpec:
     name, image = raw["name"], raw.get("image", "")
     resources = raw.get("resources") or {}
     limits = resources.get("limits") or {}
@@ -307,11 +310,15 @@ def container_spec(raw: dict[str, Any], role: str, annotations: dict[str, str],
     env, env_from = parse_env(raw)
     request = container_gpu_request(raw)
     gpus = request.whole or (1 if request.milli else 0)  # a share still sees one device
+    args = tuple(str(a) for a in (raw.get("command") or []) + (raw.get("args") or []))
+    load = loads.seconds_for(image, args) if loads is not None else None
+    if load is None:
+        load = _float(annotations, LOAD_SECONDS, name) or 0.0
     return ContainerSpec(
         name=name, image=image, role=role,
         pull_policy=raw.get("imagePullPolicy") or default_pull_policy(image),
         pull_seconds=_pull_seconds(image, annotations, name, pulls),
-        load_seconds=max(0.0, _float(annotations, LOAD_SECONDS, name) or 0.0),
+        load_seconds=max(0.0, load),
         run_seconds=None if role == "sidecar" else run,
         exit_code=int(exit_code or 0),
         memory_limit_mib=memory_limit,
@@ -323,21 +330,22 @@ def container_spec(raw: dict[str, Any], role: str, annotations: dict[str, str],
         liveness=_probe(raw.get("livenessProbe")),
         startup=_probe(raw.get("startupProbe")),
         config_refs=_config_refs(raw),
-        args=tuple(str(a) for a in (raw.get("command") or []) + (raw.get("args") or [])),
+        args=args,
         env=env,
         env_from=env_from,
     )
 
 
-def pod_spec_view(pod: dict[str, Any], pulls: PullTimes = PullTimes()) -> PodSpecView:
+def pod_spec_view(pod: dict[str, Any], pulls: PullTimes = PullTimes(),
+                  loads: LoadTimes | None = None) -> PodSpecView:
     spec = pod.get("spec") or {}
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     containers: list[ContainerSpec] = []
     for raw in spec.get("initContainers") or ():
         role = "sidecar" if raw.get("restartPolicy") == "Always" else "init"
-        containers.append(container_spec(raw, role, annotations, pulls))
+        containers.append(container_spec(raw, role, annotations, pulls, loads))
     for raw in spec.get("containers") or ():
-        containers.append(container_spec(raw, "app", annotations, pulls))
+        containers.append(container_spec(raw, "app", annotations, pulls, loads))
     grace = spec.get("terminationGracePeriodSeconds")
     deadline = spec.get("activeDeadlineSeconds")
     return PodSpecView(

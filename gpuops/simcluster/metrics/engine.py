@@ -7,7 +7,12 @@ would add (`namespace`, `pod`) and the serving series name their `inference_pool
 The serving numbers come from `serving.py` (pure), what they apply to from `servingindex.py`
 (kept by a store listener) and which GPU a pod holds from `core/gpus.py`; this module keeps the
 per-replica accumulators (keyed by pod uid, forgotten with the pod, reset when vLLM restarts),
-the faults (`demand-spike`, `bad-version`, `good-version`) and the exposition. The model
+the faults (`demand-spike`, `bad-version`, `slow-version`, `good-version`) and the exposition.
+A version's behaviour follows its pods' spec (image, model, command line: `core/versions.py`),
+so a Deployment created after a fault behaves like its version from its first replica. Each
+replica draws its requests from streams keyed by the cluster's seed and the pod (its name, or
+its generateName and how many pods of that name came before, and its restart count), so a
+run is reproducible. The model
 advances on a slow tick, before every change of who serves what, and on every scrape; the
 exposition is built only when scraped. The vLLM
 families go through a prometheus_client Collector and `generate_latest` on a registry of their
@@ -17,7 +22,7 @@ in the same text format, because generate_latest would take seconds for them.
 
 from __future__ import annotations
 
-import fnmatch
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +38,7 @@ from ..core.clock import VirtualClock, rfc3339
 from ..core.faults import FaultParams, FaultRegistry
 from ..core.gpus import GpuAllocations
 from ..core.store import Store
+from ..core.versions import LoadTime, LoadTimes, VersionMatch
 from .dcgm import render_gpu_metrics
 from .idlegpus import IdleGpus, IdleParams
 from .serving import (
@@ -40,7 +46,9 @@ from .serving import (
     Degradation,
     DemandModel,
     PoolKey,
+    ReplicaProfile,
     ReplicaState,
+    RequestStreams,
     Spike,
     model_demand,
     rule_model,
@@ -58,17 +66,30 @@ EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 @dataclass(frozen=True)
 class DegradeRule:
-    """A `bad-version` fault: pods of `pool`, or pods running `image` (a glob), are degraded."""
+    """A `bad-version` fault: pods of `pool`, or pods of a version (image, model, command-line
+    globs), are degraded."""
 
     pool: PoolKey | None
-    image: str | None
+    version: VersionMatch
     degradation: Degradation
 
     def matches(self, view: PodView, pools: set[PoolKey]) -> bool:
         if self.pool is not None and self.pool in pools:
             return True
-        return self.image is not None and any(fnmatch.fnmatchcase(i, self.image)
-                                              for i in view.images)
+        return self.version.matches(view.images, view.model, view.facts.argv)
+
+
+@dataclass(frozen=True)
+class SlowRule:
+    """A `slow-version` fault: its load time is the kubelet's (`LoadTimes`); what it says of
+    the cold period after Ready replaces the pods' own (`warmup`: Warmup's field names)."""
+
+    version: VersionMatch
+    load_seconds: float
+    warmup: dict[str, float]
+
+    def matches(self, view: PodView) -> bool:
+        return self.version.matches(view.images, view.model, view.facts.argv)
 
 
 class MetricsEngine:
@@ -77,13 +98,19 @@ class MetricsEngine:
     name = "metrics"
 
     def __init__(self, store: Store, clock: VirtualClock, faults: FaultRegistry,
-                 gpus: GpuAllocations, demand: DemandModel) -> None:
+                 gpus: GpuAllocations, demand: DemandModel, *, seed: int = 0,
+                 load_times: LoadTimes | None = None) -> None:
         self.clock = clock
         self.demand = demand
+        self.seed = seed
+        self.load_times = load_times if load_times is not None else LoadTimes()
         self.states: dict[str, ReplicaState] = {}
         self.state_restarts: dict[str, int] = {}
+        self.stream_keys: dict[str, tuple[str, str, int]] = {}  # uid -> (ns, name, ordinal)
+        self.names_seen: dict[tuple[str, str], int] = {}
         self.spikes: list[Spike] = []
         self.degrade_rules: list[DegradeRule] = []
+        self.slow_rules: list[SlowRule] = []
         self.last_t = self.clock.time()
         self.node_type = store.type("nodes")
         self.pod_type = store.type("pods")
@@ -112,12 +139,16 @@ class MetricsEngine:
         h = dt / steps
         self._forget_gone_replicas()
         replicas = self._ready_replicas()
-        degradations = {uid: self._degradation(view) for uid, view in replicas.items()}
+        versions = {uid: (self._profile(view), self._degradations(view))
+                    for uid, view in replicas.items()}
         for i in range(steps):
-            loads = self._loads(self.last_t + h * (i + 0.5), replicas)
+            t = self.last_t + h * (i + 0.5)
+            loads = self._loads(t, replicas)
             for uid, view in replicas.items():
-                step_replica(self._state(view), view.profile, loads.get(uid, 0.0), h,
-                             degradations[uid])
+                profile, degradations = versions[uid]
+                age = None if view.ready_since is None else t - view.ready_since
+                step_replica(self._state(view), profile, loads.get(uid, 0.0), h,
+                             degradations, age)
         self.last_t = now
         self.spikes = [s for s in self.spikes if s.end > now]
 
@@ -145,22 +176,41 @@ class MetricsEngine:
     def _state(self, view: PodView) -> ReplicaState:
         state = self.states.get(view.uid)
         if state is None or self.state_restarts.get(view.uid) != view.restarts:
-            state = self.states[view.uid] = ReplicaState()  # a restarted vLLM starts from zero
+            # a restarted vLLM starts from zero, with requests of its own
+            state = self.states[view.uid] = ReplicaState(
+                streams=RequestStreams(self.seed, *self._stream_key(view), view.restarts))
             self.state_restarts[view.uid] = view.restarts
         return state
+
+    def _stream_key(self, view: PodView) -> tuple[str, str, int]:
+        """What names a replica's requests across runs: a generated pod name is random, so
+        such a pod is its generateName and how many of that name the engine saw before it."""
+        key = self.stream_keys.get(view.uid)
+        if key is None:
+            stem = (view.namespace, view.generate_name or view.name)
+            ordinal = self.names_seen.get(stem, 0)
+            self.names_seen[stem] = ordinal + 1
+            key = self.stream_keys[view.uid] = (*stem, ordinal)
+        return key
 
     def _forget_gone_replicas(self) -> None:
         for uid in [u for u in self.states if u not in self.index.pod_pools]:
             del self.states[uid]
             self.state_restarts.pop(uid, None)
+            self.stream_keys.pop(uid, None)
 
-    def _degradation(self, view: PodView) -> Degradation:
+    def _degradations(self, view: PodView) -> tuple[Degradation, ...]:
         pools = self.index.pod_pools.get(view.uid, set())
-        result = Degradation()
-        for rule in self.degrade_rules:
-            if rule.matches(view, pools):
-                result = result.combine(rule.degradation)
-        return result
+        return tuple(rule.degradation for rule in self.degrade_rules
+                     if rule.matches(view, pools))
+
+    def _profile(self, view: PodView) -> ReplicaProfile:
+        """The pod's profile, with the cold period of the latest `slow-version` that sets one."""
+        for rule in reversed(self.slow_rules):
+            if rule.warmup and rule.matches(view):
+                warmup = dataclasses.replace(view.profile.warmup, **rule.warmup)
+                return dataclasses.replace(view.profile, warmup=warmup)
+        return view.profile
 
     def gpu_util_of(self, view: PodView) -> float | None:
         """A pod's GPU utilisation when something sets it: a `gpu-idle` rule, or a serving
@@ -252,10 +302,18 @@ class MetricsEngine:
                      "multiply a model's request rate for a while", params=DemandSpikeParams,
                      target="a model name (or params.model; none: every model)")
         reg.register("bad-version", self._bad_version,
-                     "degrade the serving pods of an InferencePool, or those running an image: "
-                     "slower first and next tokens, a share of requests fail",
+                     "degrade the serving pods of an InferencePool, or those of a version "
+                     "(image, model, args globs; pods created later too): slower first and "
+                     "next tokens, a share of requests fail, fewer prefix-cache hits, "
+                     "optionally only above a load per replica",
                      params=BadVersionParams,
-                     target="an InferencePool `namespace/name` (or params.image)")
+                     target="an InferencePool `namespace/name` (or params.image / model / "
+                     "args)")
+        reg.register("slow-version", self._slow_version,
+                     "a version's pods created from now on load their model for "
+                     "load_seconds (readiness fails until then) and may be cold for longer "
+                     "after Ready", params=SlowVersionParams,
+                     target="none (params.image / model / args name the version)")
         reg.register("gpu-idle", self.idle.inject,
                      "a workload keeps its GPUs but stops using them: DCGM shows ~0 % "
                      "utilisation on the GPUs its pods hold (replacements too) until "
@@ -263,7 +321,8 @@ class MetricsEngine:
                      target="a workload `namespace/name` / `kind/namespace/name`, or a "
                      "namespace with params.selector")
         reg.register("good-version", self._good_version,
-                     "clear bad-version faults (all, or those of the target / params.image)",
+                     "clear bad-version and slow-version faults (all, or those of the target "
+                     "pool / params.image)",
                      params=GoodVersionParams, target="an InferencePool `namespace/name`")
 
     def _demand_spike(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
@@ -277,34 +336,64 @@ class MetricsEngine:
     def _bad_version(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
         self.catch_up()
         pool = _pool_key(target) if target else None
-        image = params.get("image")
-        if pool is None and not image:
+        version = _version(params)
+        if pool is None and not version.given():
             raise errors.bad_request("bad-version needs a target InferencePool (namespace/name) "
-                                     "or params.image")
+                                     "or params.image, params.model or params.args")
         if pool is not None and pool not in self.index.pools:
             raise errors.not_found("inferencepools", pool[1], "inference.networking.k8s.io")
         ttft = params["ttft_factor"]
-        degradation = Degradation(ttft, params.get("itl_factor", ttft), params["error_rate"])
-        rule = DegradeRule(pool, str(image) if image else None, degradation)
+        degradation = Degradation(ttft, params.get("itl_factor", ttft), params["error_rate"],
+                                  params["prefix_hit_factor"], params["min_rps_per_replica"],
+                                  params["min_utilisation"])
+        rule = DegradeRule(pool, version, degradation)
         self.degrade_rules.append(rule)
         pods = sum(1 for uid, v in self.index.views.items() if uid in self.index.pod_pools
                    and rule.matches(v, self.index.pod_pools[uid]))
-        return {"pool": "/".join(pool) if pool else None, "image": rule.image,
+        return {"pool": "/".join(pool) if pool else None, "image": version.image,
+                "model": version.model, "args": version.args,
                 "ttft_factor": degradation.ttft_factor, "itl_factor": degradation.itl_factor,
-                "error_rate": degradation.error_rate, "pods": pods}
+                "error_rate": degradation.error_rate,
+                "prefix_hit_factor": degradation.prefix_hit_factor,
+                "min_rps_per_replica": degradation.min_rps,
+                "min_utilisation": degradation.min_utilisation, "pods": pods}
+
+    def _slow_version(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
+        version = _version(params)
+        if target:
+            raise errors.bad_request("slow-version takes no target: name the version with "
+                                     "params.image, params.model or params.args")
+        if not version.given():
+            raise errors.bad_request("slow-version needs params.image, params.model or "
+                                     "params.args (globs naming the version)")
+        self.catch_up()
+        warmup = {field: params[name] for name, field in _WARMUP_PARAMS.items()
+                  if name in params}
+        rule = SlowRule(version, params["load_seconds"], warmup)
+        self.slow_rules.append(rule)
+        self.load_times.add(LoadTime(version, rule.load_seconds))
+        running = sum(1 for v in self.index.views.values() if rule.matches(v))
+        return {**version.describe(), "load_seconds": rule.load_seconds,
+                **{name: params.get(name) for name in _WARMUP_PARAMS},
+                "pods_unchanged": running}
 
     def _good_version(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
         self.catch_up()
         pool = _pool_key(target) if target else None
         image = params.get("image")
-        before = len(self.degrade_rules)
+        before = len(self.degrade_rules) + len(self.slow_rules)
         if pool is None and not image:
             self.degrade_rules.clear()
+            self.slow_rules.clear()
+            self.load_times.remove(lambda _rule: False)
         else:
             self.degrade_rules = [r for r in self.degrade_rules
                                   if not ((pool is not None and r.pool == pool)
-                                          or (image and r.image == image))]
-        return {"cleared": before - len(self.degrade_rules)}
+                                          or (image and r.version.image == image))]
+            if image:
+                self.slow_rules = [r for r in self.slow_rules if r.version.image != image]
+                self.load_times.remove(lambda r: r.match.image != image)
+        return {"cleared": before - len(self.degrade_rules) - len(self.slow_rules)}
 
 
 class DemandSpikeParams(FaultParams):
@@ -314,18 +403,54 @@ class DemandSpikeParams(FaultParams):
     duration_s: float = Field(600.0, ge=0, description="how long, in virtual seconds")
 
 
-class BadVersionParams(FaultParams):
+class VersionParams(FaultParams):
     image: str | None = Field(None, min_length=1, description="a glob on the pods' image, "
                               "e.g. vllm/vllm-openai:v0.12.0-*")
+    model: str | None = Field(None, min_length=1, description="a glob on the served model "
+                              "name (sim.gpuops.io/model, --served-model-name, --model)")
+    args: str | None = Field(None, min_length=1, description="a glob on the containers' "
+                             "command and args joined by spaces, e.g. *--max-num-seqs 512*")
+
+
+class BadVersionParams(VersionParams):
     ttft_factor: float = Field(3.0, ge=0, le=1000, description="time to first token x this")
     itl_factor: float | None = Field(None, ge=0, le=1000, description="inter-token latency x "
                                      "this (default: ttft_factor)")
-    error_rate: float = Field(0.05, ge=0, le=1, description="share of requests that fail")
+    error_rate: float = Field(0.05, ge=0, le=1, description="share of requests that fail "
+                              "(finished_reason=error), drawn per request")
+    prefix_hit_factor: float = Field(1.0, ge=0, le=10, description="prefix-cache hit ratio x "
+                                     "this (capped at 1); fewer hits also lengthen TTFT")
+    min_rps_per_replica: float = Field(0.0, ge=0, le=100000, description="apply only while "
+                                       "a replica's offered load is at least this many "
+                                       "requests/s")
+    min_utilisation: float = Field(0.0, ge=0, le=100, description="apply only while a "
+                                   "replica's offered load / capacity is at least this")
+
+
+class SlowVersionParams(VersionParams):
+    load_seconds: float = Field(600.0, ge=0, le=86400, description="model-load time after "
+                                "the container starts: startup and readiness probes fail "
+                                "until then")
+    warmup_s: float | None = Field(None, ge=0, le=86400, description="cold period after "
+                                   "Ready (default: the pods' sim.gpuops.io/warmup-seconds, "
+                                   "else 90)")
+    cold_ttft_factor: float | None = Field(None, ge=1, le=1000, description="TTFT multiplier "
+                                           "at Ready, decaying to 1 (default 2.5)")
+    cold_itl_factor: float | None = Field(None, ge=1, le=1000, description="inter-token "
+                                          "latency multiplier at Ready (default 1.2)")
 
 
 class GoodVersionParams(FaultParams):
     image: str | None = Field(None, min_length=1, description="clear only the bad-version "
-                              "faults of this image glob")
+                              "and slow-version faults of this image glob")
+
+
+_WARMUP_PARAMS = {"warmup_s": "seconds", "cold_ttft_factor": "ttft_factor",
+                  "cold_itl_factor": "itl_factor"}  # slow-version's name: Warmup's
+
+
+def _version(params: dict[str, Any]) -> VersionMatch:
+    return VersionMatch(params.get("image"), params.get("model"), params.get("args"))
 
 
 def _add(families: dict[str, Metric], name: str, suffix: str, labels: dict[str, str],

@@ -11,20 +11,28 @@ check directly.
 - A replica serves up to `capacity_rps`; beyond that a backlog builds (`num_requests_waiting`)
   and clients give up after `max_queue_s` of backlog (`finished_reason="abort"`). TTFT rises
   M/M/1-like with utilisation rho (base / (1 - rho), rho capped at 0.95) plus the backlog's
-  wait; inter-token latency rises gently with the batch size.
-- Counters and histograms advance by whole requests: fractional parts carry to the next step,
-  so `rate()` over them converges to the modelled rates and every histogram stays consistent
-  (cumulative buckets, `_count` equal to the `+Inf` bucket, `_sum`).
+  wait; inter-token latency rises gently with the batch size; fewer prefix-cache hits leave
+  more prefill.
+- A version (`Degradation`) multiplies TTFT and ITL, fails a share of requests and scales the
+  prefix-cache hit ratio, optionally only above a load per replica; a replica is cold for a
+  while after Ready (`Warmup`).
+- Requests are whole: fractional parts carry to the next step, so `rate()` converges to the
+  modelled rates. Each request is drawn on its own from the replica's seeded streams (fails or
+  not, its lengths, its latencies around the step's means), so a window of few requests gives
+  noisy, unbiased figures as in reality, and every histogram stays consistent (cumulative
+  buckets, `_count` equal to the `+Inf` bucket, `_sum`).
 """
 
 from __future__ import annotations
 
-import bisect
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
+
+import numpy as np
 
 PoolKey = tuple[str, str]  # (namespace, name) of an InferencePool
 
@@ -43,10 +51,6 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
 # "error" is a request that failed inside the engine (answered with 500).
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 LENGTH_SHARE = 0.12  # of good requests, those that hit max_tokens
-
-# A request's latency spread around the interval's mean: (multiplier, share), mean 1.0.
-# Deterministic points instead of sampling: quantiles stay stable from scrape to scrape.
-LATENCY_SPREAD = ((0.55, 0.20), (0.8, 0.30), (1.05, 0.30), (1.5, 0.15), (2.2, 0.05))
 
 
 # --- demand ------------------------------------------------------------------------------------
@@ -208,34 +212,114 @@ def split_demand(demand: Mapping[str, float], rules: Sequence[RouteRule],
 # --- one replica -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class Warmup:
+    """The cold period after Ready.
+
+    A vLLM that just passed its readiness probe has its weights loaded and its CUDA graphs
+    captured, but its prefix cache is empty and kernels for shapes it has not seen yet compile
+    on first use: its first requests are slower. Coldness is 1 at Ready and falls to 0
+    `seconds` later, quadratically (fast at first, like a cache filling up); TTFT and
+    inter-token latency are multiplied by `1 + (factor - 1) * coldness`, the prefix-cache hit
+    ratio by `1 - coldness`.
+    """
+
+    seconds: float = 90.0
+    ttft_factor: float = 2.5
+    itl_factor: float = 1.2
+
+    def coldness(self, age_s: float | None) -> float:
+        """0 (warm) .. 1 (just Ready); None: the replica's Ready time is unknown, it is warm."""
+        if age_s is None or self.seconds <= 0 or age_s >= self.seconds:
+            return 0.0
+        return (1.0 - max(0.0, age_s) / self.seconds) ** 2
+
+
+@dataclass(frozen=True)
 class ReplicaProfile:
-    """What one vLLM replica can do (from its pod's annotations)."""
+    """What one vLLM replica can do (from its pod's annotations and vLLM arguments)."""
 
     capacity_rps: float = DEFAULT_CAPACITY_RPS
     ttft_base_s: float = 0.12
     itl_base_s: float = 0.025
     prompt_tokens: float = 800.0
     output_tokens: float = 180.0
-    prefix_hit_rate: float = 0.35
+    prefix_hit_rate: float = 0.35  # of prompt tokens, on an idle warm replica
     max_queue_s: float = 120.0  # clients give up on a backlog longer than this
     max_num_seqs: int = 256
+    prefix_caching: bool = True  # vLLM v1's default; `--no-enable-prefix-caching` turns it off
+    warmup: Warmup = Warmup()
 
 
 @dataclass(frozen=True)
 class Degradation:
-    """A bad version: latencies multiplied, a share of requests failing."""
+    """A bad version: latencies multiplied, a share of requests failing, fewer prefix-cache hits.
+
+    It applies only while the replica's offered load is at or above `min_rps` (requests/s per
+    replica) and `min_utilisation` (offered load / capacity): a version can be bad only under
+    load, the way a batching regression is.
+    """
 
     ttft_factor: float = 1.0
     itl_factor: float = 1.0
     error_rate: float = 0.0
+    prefix_hit_factor: float = 1.0
+    min_rps: float = 0.0
+    min_utilisation: float = 0.0
+
+    def applies(self, load_rps: float, rho: float) -> bool:
+        return load_rps >= self.min_rps and rho >= self.min_utilisation
 
     def combine(self, other: Degradation) -> Degradation:
+        """Both at once (the result has no load thresholds: call it on those that apply)."""
         return Degradation(self.ttft_factor * other.ttft_factor,
                            self.itl_factor * other.itl_factor,
-                           1.0 - (1.0 - self.error_rate) * (1.0 - other.error_rate))
+                           1.0 - (1.0 - self.error_rate) * (1.0 - other.error_rate),
+                           self.prefix_hit_factor * other.prefix_hit_factor)
 
 
 NO_DEGRADATION = Degradation()
+
+
+def active_degradation(degradations: Sequence[Degradation], load_rps: float,
+                       rho: float) -> Degradation:
+    """What the degradations that apply at this load amount to together."""
+    result = NO_DEGRADATION
+    for degradation in degradations:
+        if degradation.applies(load_rps, rho):
+            result = result.combine(degradation)
+    return result
+
+
+# A request's own variation around the step's means: lognormal with mean 1 (so sampling is
+# unbiased), these sigmas. TTFT also waits in the queue as an M/M/1 customer does.
+TTFT_SIGMA = 0.3
+ITL_SIGMA = 0.25
+PROMPT_SIGMA = 0.5
+OUTPUT_SIGMA = 0.6
+ITL_PARTS = 4  # a request's tokens after the first are observed in this many parts
+SHARED_PREFIX = 0.6  # a request that reuses a cached prefix finds this share of its prompt
+DRAWS_U = 5  # uniforms per request: error, length, prefix reuse, queued?, queue wait
+DRAWS_Z = 3 + ITL_PARTS  # normals per request: prompt, output, service time, ITL parts
+
+
+class RequestStreams:
+    """One replica's random numbers: a fixed number per request from two streams, so request
+    number k gets the same draws however the steps serving it are cut (a scrape or a tick
+    landing elsewhere changes no request's fate) and a key (the cluster's seed, the pod) gives
+    the same requests on every run."""
+
+    def __init__(self, *key: object) -> None:
+        digest = hashlib.sha256(repr(key).encode()).digest()
+        uniform, normal = np.random.SeedSequence(int.from_bytes(digest[:16], "big")).spawn(2)
+        self.uniform = np.random.Generator(np.random.PCG64(uniform))
+        self.normal = np.random.Generator(np.random.PCG64(normal))
+
+    def draw(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.uniform.random((n, DRAWS_U)), self.normal.standard_normal((n, DRAWS_Z))
+
+
+def _lognormal(z: np.ndarray, sigma: float) -> np.ndarray:
+    return np.exp(sigma * z - sigma * sigma / 2.0)
 
 
 @dataclass
@@ -246,25 +330,24 @@ class Histogram:
     counts: list[int] = field(default_factory=list)
     total: float = 0.0
     count: int = 0
-    _carry: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.counts = self.counts or [0] * (len(self.bounds) + 1)
-        self._carry = self._carry or [0.0] * len(LATENCY_SPREAD)
 
-    def observe_spread(self, amount: float, mean: float) -> None:
-        """Record `amount` observations (fractions carry over) spread around `mean`."""
-        if amount <= 0:
+    def observe(self, values: np.ndarray, times: np.ndarray | None = None) -> None:
+        """Record each value (`times[i]` observations of `values[i]`) in the bucket whose `le`
+        is the first at or above it."""
+        values = np.asarray(values, dtype=float).ravel()
+        if values.size == 0:
             return
-        for i, (multiplier, share) in enumerate(LATENCY_SPREAD):
-            self._carry[i] += amount * share
-            whole = int(self._carry[i])
-            if whole:
-                self._carry[i] -= whole
-                value = mean * multiplier
-                self.counts[bisect.bisect_left(self.bounds, value)] += whole
-                self.total += whole * value
-                self.count += whole
+        weights = (np.ones(values.size, dtype=np.int64) if times is None
+                   else np.asarray(times, dtype=np.int64).ravel())
+        binned = np.bincount(np.searchsorted(self.bounds, values, side="left"),
+                             weights=weights, minlength=len(self.counts))
+        for i in np.flatnonzero(binned):
+            self.counts[i] += int(binned[i])
+        self.total += float(np.dot(values, weights))
+        self.count += int(weights.sum())
 
     def cumulative(self) -> list[tuple[str, float]]:
         """`(le, cumulative count)` pairs, `+Inf` last, as the exposition wants them."""
@@ -298,6 +381,7 @@ class ReplicaState:
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
     e2e: Histogram = field(default_factory=lambda: Histogram(E2E_BUCKETS))
+    streams: RequestStreams = field(default_factory=RequestStreams)
     _carry: dict[str, float] = field(default_factory=dict)
 
     def take(self, key: str, amount: float) -> int:
@@ -309,25 +393,106 @@ class ReplicaState:
 
 
 @dataclass(frozen=True)
+class Service:
+    """What a step's requests are served under: the means their samples vary around."""
+
+    ttft_service_s: float  # prefill and first token, before any queueing
+    rho: float  # utilisation the M/M/1 wait follows (capped)
+    queue_wait_s: float  # the backlog's wait, when the replica is saturated
+    itl_s: float
+    hit_ratio: float  # prefix-cache hits / queried prompt tokens
+
+    @property
+    def ttft_s(self) -> float:
+        return self.ttft_service_s / (1.0 - self.rho) + self.queue_wait_s
+
+
+@dataclass(frozen=True)
 class Latency:
     ttft_s: float
     itl_s: float
     e2e_s: float
 
 
-def latency_at(profile: ReplicaProfile, rho: float, queue_wait_s: float,
-               degradation: Degradation = NO_DEGRADATION) -> Latency:
-    """Mean latencies of requests served at utilisation `rho` after `queue_wait_s` in the queue."""
+def _prefill_share(hit_ratio: float) -> float:
+    """Prefill work left at this hit ratio, relative to none cached (TTFT is not all prefill)."""
+    return 0.3 + 0.7 * (1.0 - hit_ratio)
+
+
+def service_at(profile: ReplicaProfile, rho: float, queue_wait_s: float,
+               degradation: Degradation = NO_DEGRADATION, coldness: float = 0.0) -> Service:
+    """The mean service of requests at utilisation `rho` after `queue_wait_s` in the queue.
+
+    TTFT rises M/M/1-like, `base / (1 - rho)`, ITL gently with the batch. The prefix cache
+    hits `prefix_hit_rate` of the prompt, half as much at full load (eviction); fewer hits
+    (a bad version, a cold cache, caching turned off) leave more prefill and a longer TTFT,
+    relative to the hits a warm good version gets at that load.
+    """
     capped = min(max(rho, 0.0), MAX_RHO_FOR_LATENCY)
-    ttft = profile.ttft_base_s / (1.0 - capped) * degradation.ttft_factor + queue_wait_s
-    itl = profile.itl_base_s / (1.0 - 0.6 * capped) * degradation.itl_factor
-    e2e = ttft + itl * max(0.0, profile.output_tokens - 1.0)
-    return Latency(ttft, itl, e2e)
+    nominal = profile.prefix_hit_rate * (1.0 - 0.5 * min(1.0, max(rho, 0.0)))
+    hits = 0.0 if not profile.prefix_caching else min(
+        1.0, nominal * degradation.prefix_hit_factor * (1.0 - coldness))
+    warmup = profile.warmup
+    ttft = (profile.ttft_base_s * degradation.ttft_factor
+            * (1.0 + (warmup.ttft_factor - 1.0) * coldness)
+            * _prefill_share(hits) / _prefill_share(nominal))
+    itl = (profile.itl_base_s / (1.0 - 0.6 * capped) * degradation.itl_factor
+           * (1.0 + (warmup.itl_factor - 1.0) * coldness))
+    return Service(ttft, capped, queue_wait_s, itl, hits)
+
+
+def latency_at(profile: ReplicaProfile, rho: float, queue_wait_s: float,
+               degradation: Degradation = NO_DEGRADATION, coldness: float = 0.0) -> Latency:
+    """Mean latencies of requests served at utilisation `rho` after `queue_wait_s` queued."""
+    service = service_at(profile, rho, queue_wait_s, degradation, coldness)
+    ttft = service.ttft_s
+    return Latency(ttft, service.itl_s,
+                   ttft + service.itl_s * max(0.0, profile.output_tokens - 1.0))
+
+
+def serve_requests(state: ReplicaState, profile: ReplicaProfile, n: int, service: Service,
+                   error_rate: float) -> None:
+    """Serve `n` requests, each drawn on its own: its prompt and output length, whether it
+    fails (`error_rate`) or stops at max_tokens, its prefix-cache hits, its TTFT (service time,
+    plus with probability rho an exponential M/M/1 wait) and its tokens' inter-token latency.
+    Every draw has the service's mean, so a window's figures are unbiased and noisy as few
+    requests make them."""
+    if n <= 0:
+        return
+    u, z = state.streams.draw(n)
+    prompt = np.maximum(1.0, np.rint(profile.prompt_tokens * _lognormal(z[:, 0], PROMPT_SIGMA)))
+    output = np.maximum(1.0, np.rint(profile.output_tokens * _lognormal(z[:, 1], OUTPUT_SIGMA)))
+    error = u[:, 0] < error_rate
+    length = ~error & (u[:, 1] < LENGTH_SHARE)
+    state.finished["error"] += int(error.sum())
+    state.finished["length"] += int(length.sum())
+    state.finished["stop"] += int(n - error.sum() - length.sum())
+
+    state.prompt_tokens += int(prompt.sum())
+    if profile.prefix_caching:  # vLLM counts queries only with the cache on
+        share = max(SHARED_PREFIX, service.hit_ratio)  # reuse with probability hit / share
+        reused = u[:, 2] < (service.hit_ratio / share if share > 0 else 0.0)
+        state.prefix_queries += int(prompt.sum())
+        state.prefix_hits += int(np.floor(prompt * share)[reused].sum())
+
+    rho = service.rho
+    waited = u[:, 3] < rho
+    wait = np.where(waited, -np.log1p(-u[:, 4]) * service.ttft_service_s / (1.0 - rho), 0.0)
+    ttft = service.ttft_service_s * _lognormal(z[:, 2], TTFT_SIGMA) + wait \
+        + service.queue_wait_s
+    after_first = np.where(error, 0.0, output - 1.0)  # a failed request ends at its first token
+    parts = np.floor_divide(after_first[:, None] + np.arange(ITL_PARTS)[::-1], ITL_PARTS)
+    itl = service.itl_s * _lognormal(z[:, 3:], ITL_SIGMA)
+    state.generation_tokens += int((after_first + 1.0).sum())
+    state.ttft.observe(ttft)
+    state.itl.observe(itl, parts)
+    state.e2e.observe(ttft + (itl * parts).sum(axis=1))
 
 
 def step_replica(state: ReplicaState, profile: ReplicaProfile, load_rps: float, dt: float,
-                 degradation: Degradation = NO_DEGRADATION) -> None:
-    """Advance one replica by `dt` seconds at a constant offered load (a fluid queue)."""
+                 degradations: Sequence[Degradation] = (), age_s: float | None = None) -> None:
+    """Advance one replica by `dt` seconds at a constant offered load (a fluid queue), its
+    requests served `age_s` after it became Ready (None: long ago)."""
     if dt <= 0:
         return
     mu = max(profile.capacity_rps, 1e-9)
@@ -341,30 +506,18 @@ def step_replica(state: ReplicaState, profile: ReplicaProfile, load_rps: float, 
     served_rps = served / dt
     busy = max(rho, served_rps / mu)  # draining a backlog keeps the replica busy
     queue_wait = (backlog_before + state.backlog) / 2.0 / mu
-    lat = latency_at(profile, busy, queue_wait, degradation)
+    degradation = active_degradation(degradations, load_rps, rho)
+    service = service_at(profile, busy, queue_wait, degradation,
+                         profile.warmup.coldness(age_s))
 
-    errors = served * degradation.error_rate
-    good = served - errors
-    state.finished["error"] += state.take("error", errors)
-    state.finished["length"] += state.take("length", good * LENGTH_SHARE)
-    state.finished["stop"] += state.take("stop", good * (1.0 - LENGTH_SHARE))
+    serve_requests(state, profile, state.take("served", served), service,
+                   degradation.error_rate)
     state.finished["abort"] += state.take("abort", abandoned)
 
-    prompt = state.take("prompt", served * profile.prompt_tokens)
-    state.prompt_tokens += prompt
-    state.prefix_queries += prompt
-    hit_rate = profile.prefix_hit_rate * (1.0 - 0.5 * min(1.0, rho))  # eviction under pressure
-    state.prefix_hits += state.take("prefix_hits", prompt * hit_rate)
-    generated_per_request = profile.output_tokens
-    state.generation_tokens += state.take("generation", good * generated_per_request)
-
-    state.ttft.observe_spread(served, lat.ttft_s)
-    state.e2e.observe_spread(served, lat.e2e_s)
-    state.itl.observe_spread(served * max(0.0, generated_per_request - 1.0), lat.itl_s)
-
     state.load_rps = load_rps
+    e2e = service.ttft_s + service.itl_s * max(0.0, profile.output_tokens - 1.0)
     # Little's law: requests in the batch = throughput x time in service
-    state.running = round(min(profile.max_num_seqs, served_rps * (lat.e2e_s - queue_wait)))
+    state.running = round(min(profile.max_num_seqs, served_rps * (e2e - queue_wait)))
     state.waiting = round(state.backlog + capped_lq(rho))
     busy = min(1.0, busy)
     state.kv_cache_usage = 0.0 if served <= 0 else min(

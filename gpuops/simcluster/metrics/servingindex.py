@@ -14,11 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.clock import parse_rfc3339
 from ..core.gpus import GpuAllocations
 from ..core.resources import ResourceType
 from ..core.selectors import Requirement, labels_match, selector_from_spec
 from ..core.store import Store
-from .serving import Backend, PoolKey, ReplicaProfile, RouteRule
+from ..core.versions import command_line, vllm_model_arg
+from .serving import Backend, PoolKey, ReplicaProfile, RouteRule, Warmup
 
 log = logging.getLogger("gpuops.simcluster.metrics")
 Obj = dict[str, Any]
@@ -27,6 +29,9 @@ ANN_MODEL = "sim.gpuops.io/model"  # pod or InferencePool or HTTPRoute: the serv
 ANN_CAPACITY = "sim.gpuops.io/capacity-rps"  # pod: requests/s one replica serves at its SLO
 ANN_TTFT_BASE = "sim.gpuops.io/ttft-base-seconds"  # pod: TTFT of an idle replica
 ANN_ITL_BASE = "sim.gpuops.io/itl-base-seconds"  # pod: inter-token latency of an idle replica
+ANN_WARMUP = "sim.gpuops.io/warmup-seconds"  # pod: how long a replica is cold after Ready
+ANN_COLD_TTFT = "sim.gpuops.io/cold-ttft-factor"  # pod: TTFT multiplier at Ready
+ANN_COLD_ITL = "sim.gpuops.io/cold-itl-factor"  # pod: inter-token latency multiplier at Ready
 
 
 @dataclass(frozen=True)
@@ -35,14 +40,16 @@ class PodFacts:
 
     model: str | None  # explicit: annotation or vLLM args
     images: tuple[str, ...]
+    argv: str  # every container's command line, joined by spaces: what `args` globs match
     profile: ReplicaProfile
 
     @classmethod
     def of(cls, spec: dict[str, Any], annotations: dict[str, str]) -> PodFacts:
         containers = spec.get("containers") or ()
+        argv = [a for c in containers for a in command_line(c)]
         return cls(annotations.get(ANN_MODEL) or vllm_model_arg(containers),
-                   tuple(c.get("image", "") for c in containers),
-                   replica_profile(annotations))
+                   tuple(c.get("image", "") for c in containers), " ".join(argv),
+                   replica_profile(annotations, argv))
 
 
 @dataclass(frozen=True)
@@ -58,18 +65,22 @@ class PodView:
     created: str
     annotations: dict[str, str]
     facts: PodFacts
+    generate_name: str = ""
+    ready_since: float | None = None  # the Ready condition's lastTransitionTime, when Ready
 
     @classmethod
     def of(cls, pod: dict[str, Any], facts: PodFacts) -> PodView:
         meta, status = pod["metadata"], pod.get("status") or {}
         running = status.get("phase") == "Running"
-        ready = running and not meta.get("deletionTimestamp") and any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or ())
+        condition = next((c for c in status.get("conditions") or ()
+                          if c.get("type") == "Ready" and c.get("status") == "True"), None)
+        ready = running and not meta.get("deletionTimestamp") and condition is not None
         return cls(meta["uid"], meta.get("namespace", ""), meta["name"], running, ready,
                    sum(int(cs.get("restartCount") or 0)
                        for cs in status.get("containerStatuses") or ()),
-                   meta.get("creationTimestamp", ""), meta.get("annotations") or {}, facts)
+                   meta.get("creationTimestamp", ""), meta.get("annotations") or {}, facts,
+                   meta.get("generateName") or "",
+                   _time(condition.get("lastTransitionTime")) if ready and condition else None)
 
     @property
     def model(self) -> str | None:
@@ -84,37 +95,52 @@ class PodView:
         return self.facts.profile
 
 
-def vllm_model_arg(containers: Any) -> str | None:
-    """The model a vLLM container serves: `--served-model-name`, `--model` or `vllm serve M`."""
-    for container in containers:
-        argv = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
-        found: dict[str, str] = {}
-        for i, arg in enumerate(argv):
-            for flag in ("--served-model-name", "--model"):
-                if arg == flag and i + 1 < len(argv):
-                    found.setdefault(flag, argv[i + 1])
-                elif arg.startswith(flag + "="):
-                    found.setdefault(flag, arg.split("=", 1)[1])
-            if arg == "serve" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-                found.setdefault("serve", argv[i + 1])
-        for key in ("--served-model-name", "--model", "serve"):
-            if key in found:
-                return found[key]
-    return None
+def _time(text: Any) -> float | None:
+    try:
+        return parse_rfc3339(str(text)) if text else None
+    except ValueError:
+        return None
 
 
-def replica_profile(annotations: dict[str, str]) -> ReplicaProfile:
-    def number(key: str, default: float) -> float:
+def replica_profile(annotations: dict[str, str], argv: list[str] | None = None
+                    ) -> ReplicaProfile:
+    """From the pod's `sim.gpuops.io/*` annotations (a value that is no number, or out of
+    range, keeps the default) and the vLLM arguments that change serving:
+    `--no-enable-prefix-caching`, `--max-num-seqs`."""
+    def number(key: str, default: float, low: float = 0.0, zero: bool = False) -> float:
         try:
             value = float(annotations[key])
         except (KeyError, ValueError):
             return default
-        return value if value > 0 and math.isfinite(value) else default
+        if not math.isfinite(value) or value < low or (value == 0 and not zero):
+            return default
+        return value
 
+    argv = argv or []
     base = ReplicaProfile()
-    return ReplicaProfile(capacity_rps=number(ANN_CAPACITY, base.capacity_rps),
-                          ttft_base_s=number(ANN_TTFT_BASE, base.ttft_base_s),
-                          itl_base_s=number(ANN_ITL_BASE, base.itl_base_s))
+    warm = base.warmup
+    seqs = _int_flag(argv, "--max-num-seqs")
+    return ReplicaProfile(
+        capacity_rps=number(ANN_CAPACITY, base.capacity_rps),
+        ttft_base_s=number(ANN_TTFT_BASE, base.ttft_base_s),
+        itl_base_s=number(ANN_ITL_BASE, base.itl_base_s),
+        max_num_seqs=seqs if seqs and seqs > 0 else base.max_num_seqs,
+        prefix_caching="--no-enable-prefix-caching" not in argv,
+        warmup=Warmup(number(ANN_WARMUP, warm.seconds, zero=True),
+                      number(ANN_COLD_TTFT, warm.ttft_factor, low=1.0),
+                      number(ANN_COLD_ITL, warm.itl_factor, low=1.0)))
+
+
+def _int_flag(argv: list[str], flag: str) -> int | None:
+    for i, arg in enumerate(argv):
+        text = argv[i + 1] if arg == flag and i + 1 < len(argv) else (
+            arg.split("=", 1)[1] if arg.startswith(flag + "=") else None)
+        if text is not None:
+            try:
+                return int(text)
+            except ValueError:
+                return None
+    return None
 
 
 @dataclass
