@@ -201,6 +201,21 @@ class Kube:
     def set_unschedulable(self, name: str, unschedulable: bool) -> Obj:
         return self.patch_node(name, {"spec": {"unschedulable": unschedulable or None}})
 
+    # --- discovery -----------------------------------------------------------------------------
+
+    def api_groups(self) -> dict[str, list[str]]:
+        """Every served API group (`/apis`) and its versions, the preferred one first."""
+        body = self._raw(client.ApisApi(self.api).get_api_versions)
+        groups: dict[str, list[str]] = {}
+        for group in body.get("groups") or ():
+            versions = [v["version"] for v in group.get("versions") or ()]
+            preferred = (group.get("preferredVersion") or {}).get("version")
+            if preferred in versions:
+                versions.remove(preferred)
+                versions.insert(0, preferred)
+            groups[group["name"]] = versions
+        return groups
+
     # --- workloads -----------------------------------------------------------------------------
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Obj:
