@@ -139,6 +139,14 @@ def test_no_request_series_fails_rather_than_waits():
     assert all(not r.passed for r in verdict.results)
 
 
+def test_series_without_samples_in_a_window_shorter_than_two_scrapes_mean_wait():
+    names = choose_names({"vllm:request_success_total"})
+    new = window_metrics(SeriesSelector("inference", ("new-0",)), START, END, names,
+                         {"finished": []})
+    verdict = judge(analysis({"metric": "error_ratio", "floor": 0.01}), new, window("old"))
+    assert verdict.status is Status.WAIT and "no request samples" in verdict.reason
+
+
 def test_a_pool_without_pods_fails_every_gate():
     empty = window_metrics(SeriesSelector("inference"), START, END, MetricNames(), {})
     verdict = judge(Analysis(), empty, window("old"))

@@ -21,7 +21,7 @@ from gpuops.deployments.services import free_port, host_port
 from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.clients.prometheus import Prometheus
 from gpuops.tasks.rollout.gates import Analysis, Status, judge
-from gpuops.tasks.rollout.metrics import SeriesSelector
+from gpuops.tasks.rollout.metrics import SeriesSelector, pool_series
 from gpuops.tasks.rollout.objects import ApiVersion
 from gpuops.tasks.rollout.read_metrics import read_window
 from gpuops.tasks.rollout.read_objects import (
@@ -173,8 +173,9 @@ def test_the_older_inference_pool_shape_is_read_where_the_cluster_serves_it(serv
 
 
 def pods_of(kube: Kube, name: str) -> SeriesSelector:
-    apis = read_served_apis(kube)
-    return SeriesSelector.of_pods(NS, [p.name for p in read_pool_view(kube, apis, NS, name).pods])
+    selector = pool_series(read_pool_view(kube, read_served_apis(kube), NS, name))
+    assert len(selector.pods) == (2 if name == "llama-v1" else 1)
+    return selector
 
 
 def test_a_bad_version_fails_its_gates_against_the_old_version_and_a_good_one_passes(
@@ -207,6 +208,11 @@ def test_a_bad_version_fails_its_gates_against_the_old_version_and_a_good_one_pa
     assert failed["ttft_mean"].value == pytest.approx(2 * failed["ttft_mean"].baseline, rel=0.2)
     assert verdict.requests is not None and verdict.requests >= 1000
     assert verdict.baseline_requests == pytest.approx(2 * verdict.requests, rel=0.2)
+
+    # Where the scrape config labels series with their pool, that label selects the same.
+    by_label = read_window(prom, SeriesSelector(NS, label=("inference_pool", "llama-v2")),
+                           start, end)
+    assert by_label.requests == verdict.requests
 
     healthy = judge(Analysis(), read_window(prom, good, start, end), baseline)
     assert healthy.status is Status.PASS, verdict_text(healthy)

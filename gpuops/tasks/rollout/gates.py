@@ -239,12 +239,16 @@ def judge(analysis: Analysis, new: WindowMetrics, old: WindowMetrics | None) -> 
     if final:
         return verdict(Status.FAIL, "no data: " + "; ".join(
             f"{r.gate.metric}: {r.note}" for r in final))
+    for side, window in (("new", new), ("old", old if relative else None)):
+        if window is not None and "requests" in window.absent:
+            return verdict(Status.FAIL, f"no request counts for the {side} version: "
+                           + window.missing.get("requests", "no data"))
+    # The series exist but have no samples in the window yet (it is shorter than two scrapes):
+    # more time brings them; a flow's step timeout ends a wait that never does.
     if n is None:
-        return verdict(Status.FAIL, "no request counts for the new version: "
-                       + new.missing.get("requests", "no data"))
+        return verdict(Status.WAIT, "no request samples for the new version in the window yet")
     if relative and base_n is None:
-        return verdict(Status.FAIL, "no request counts for the old version: "
-                       + (old.missing.get("requests", "no data") if old else "no window"))
+        return verdict(Status.WAIT, "no request samples for the old version in the window yet")
     if n < least:
         return verdict(Status.WAIT, f"the new version finished {n:.0f} requests in the "
                        f"window; {least} are needed to judge")

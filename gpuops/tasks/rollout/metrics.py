@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from gpuops.tasks.rollout.objects import PoolView
+
 Answer = Sequence[tuple[Mapping[str, str], float]]  # an instant vector: (labels, value)
 
 REQUESTS = "vllm:request_success_total"
@@ -148,6 +150,15 @@ class SeriesSelector:
         if self.label is not None:
             return f"{self.namespace} {self.label[0]}={self.label[1]}"
         return f"{self.namespace} pods {', '.join(self.pods) or 'none'}"
+
+
+def pool_series(view: PoolView, label: str | None = None) -> SeriesSelector:
+    """The series of a pool's pods (every member, Ready or not: one that served earlier in the
+    window still counts), or of a pool label `label` when the scrape config adds one. Read the
+    pods when the window ends: a pod gone before then is missed."""
+    if label is not None:
+        return SeriesSelector(view.pool.namespace, label=(label, view.pool.name))
+    return SeriesSelector.of_pods(view.pool.namespace, (p.name for p in view.pods))
 
 
 def names_query(selector: SeriesSelector) -> str:
