@@ -203,9 +203,10 @@ def ready_pods(c: Cluster, app: str) -> list[str]:
                          for cond in p.status.conditions or ()))
 
 
-def wait_ready_pods(c: Cluster, app: str, n: int) -> list[str]:
+def wait_ready_pods(c: Cluster, app: str, n: int, step: float = 2) -> list[str]:
+    """Advance the clock `step` at a time until `n` pods of `app` are Ready."""
     def ready() -> list[str] | None:
-        c.sim.advance(2)
+        c.sim.advance(step)
         names = ready_pods(c, app)
         return names if len(names) >= n else None
     return wait_for(ready, timeout=30, interval=0.2, message=f"{n} Ready pods of {app}")
@@ -300,7 +301,7 @@ def test_slow_version_pods_become_ready_after_their_load_time_and_start_cold(clu
     c.sim.advance(200)
     assert ready_pods(c, "slow") == []  # still loading its model: /v1/models refuses
     assert not c.scrape().series("vllm:num_requests_running", inference_pool="slow")
-    [pod] = wait_ready_pods(c, "slow", 1)
+    [pod] = wait_ready_pods(c, "slow", 1, step=10)
 
     first = c.scrape()
     c.sim.advance(40)
@@ -395,3 +396,92 @@ def test_bad_version_matches_a_versions_model_and_args(cluster_factory):
     assert m.value("vllm:request_success_total", pod="plain-0", finished_reason="error") == 0
     assert m.value("vllm:request_success_total", pod="tuned-0", finished_reason="error") > 100
     assert len(TTFT_BUCKETS) == len(m.series(f"{TTFT}_bucket", pod="tuned-0")) - 1
+
+
+# --- what a warm-up gate can check: vLLM's own endpoints through the pod proxy ---------------
+
+def proxy_get(c: Cluster, pod: str, path: str, port: int = 8000) -> bytes:
+    """GET from a pod's port through the API server, the body as it came (the client would
+    turn a JSON answer into a Python repr)."""
+    return c.core.connect_get_namespaced_pod_proxy_with_path(
+        f"{pod}:{port}", NS, path, _preload_content=False).data
+
+
+def proxy_post(c: Cluster, pod: str, path: str, body: dict) -> tuple[int, dict]:
+    """POST to a pod's port through the API server (the client has no body on its connect_*
+    calls, so the request is built with the client's own serializer)."""
+    method, url, headers, data, _ = c.sim.api.param_serialize(
+        "POST", "/api/v1/namespaces/{namespace}/pods/{name}/proxy/{path}",
+        {"namespace": NS, "name": f"{pod}:8000", "path": path},
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        body=body, auth_settings=["BearerToken"])
+    response = c.sim.api.call_api(method, url, headers, data)
+    response.read()
+    return response.status, json.loads(response.data)
+
+
+def test_v1_models_through_the_pod_proxy_refuses_until_the_model_is_loaded(cluster_factory):
+    c = cluster_factory(extra=constant_demand(2))
+    c.node(gpus=8)
+    c.sim.fault("slow-version", image="vllm/vllm-openai:v0.13.*", load_seconds=240)
+    c.pool("new", "new")
+    deployment(c, "new", "vllm/vllm-openai:v0.13.0", probe=True)
+
+    def pod_running() -> str | None:
+        c.sim.advance(2)
+        pods = c.core.list_namespaced_pod(NS, label_selector="app=new").items
+        return pods[0].metadata.name if pods and pods[0].status.phase == "Running" else None
+
+    pod = wait_for(pod_running, timeout=30, interval=0.2, message="the new pod Running")
+    with pytest.raises(client.ApiException) as err:
+        proxy_get(c, pod, "v1/models")
+    assert err.value.status == 503  # vLLM is loading its model: nothing listens yet
+    assert "connect: connection refused" in json.loads(err.value.body)["message"]
+
+    assert wait_ready_pods(c, "new", 1, step=10) == [pod]
+    models = json.loads(proxy_get(c, pod, "v1/models"))
+    assert [m["id"] for m in models["data"]] == [MODEL]
+    assert proxy_get(c, pod, "health") == b""
+    with pytest.raises(client.ApiException) as err:
+        proxy_get(c, pod, "v1/models", port=9000)
+    assert err.value.status == 503  # nothing on that port
+
+
+def test_warm_up_requests_through_the_pod_proxy_are_served_cold_and_counted(cluster_factory):
+    c = cluster_factory(extra=constant_demand(4))
+    c.node(gpus=8)
+    c.sim.fault("slow-version", image="vllm/vllm-openai:v0.13.*", load_seconds=30,
+                warmup_s=300, cold_ttft_factor=5)
+    c.pool("old", "old")
+    c.pool("new", "new")
+    c.route(MODEL, {"old": 100, "new": 0})  # no traffic to the new version yet
+    deployment(c, "old", "vllm/vllm-openai:v0.11.0")
+    deployment(c, "new", "vllm/vllm-openai:v0.13.0", probe=True)
+    wait_ready_pods(c, "old", 1)
+    [pod] = wait_ready_pods(c, "new", 1)
+
+    def warm_up(n: int) -> tuple[float, float]:
+        """Send n requests; the TTFT sum and count they added to the pod's own /metrics."""
+        before = Scrape(proxy_get(c, pod, "metrics").decode())
+        answers = [proxy_post(c, pod, "v1/completions", {"model": MODEL, "prompt": "hello",
+                                                         "max_tokens": 64})
+                   for _ in range(n)]
+        assert all(status == 200 for status, _ in answers)
+        assert all(body["usage"]["completion_tokens"] > 0 for _, body in answers)
+        after = Scrape(proxy_get(c, pod, "metrics").decode())
+        return (after.value(f"{TTFT}_sum") - before.value(f"{TTFT}_sum"),
+                after.value(f"{TTFT}_count") - before.value(f"{TTFT}_count"))
+
+    cold_sum, cold_n = warm_up(40)
+    assert cold_n == 40  # served and counted by the replica, though the route gives it none
+    c.sim.advance(400)
+    warm_sum, warm_n = warm_up(40)
+    assert cold_sum / cold_n > 2.5 * (warm_sum / warm_n)
+
+    own = Scrape(proxy_get(c, pod, "metrics").decode())
+    assert {tuple(sorted(s.labels)) for s in own.series("vllm:num_requests_running")} == {
+        ("engine", "model_name")}  # vLLM's own labels; Prometheus adds the pod's
+    scraped = c.scrape()
+    assert scraped.value("vllm:request_success_total", pod=pod) == 80
+    status, body = proxy_post(c, pod, "v1/completions", {"model": "other", "prompt": "x"})
+    assert status == 404 and body["type"] == "NotFoundError"

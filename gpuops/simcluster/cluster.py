@@ -5,7 +5,8 @@ recorder, the log store, the fault registry, an informer-style index, its typed 
 section (`config.py`). What two components share is a `core/` object built here once (the
 owner index of the controllers and the API server's DELETE, the GPU allocations of the kubelet
 and the DCGM exporter, the node index of the node pools and the node lifecycle controller, the
-per-version model-load times the metrics engine's `slow-version` sets and the kubelet reads);
+per-version model-load times the metrics engine's `slow-version` sets and the kubelet reads,
+the pod proxy through which the API server reaches the metrics engine's vLLM servers);
 no component reaches another. Components are built after the scenario is in the store and in
 this order, which is also the order their store listeners are called in.
 """
@@ -39,6 +40,7 @@ from .core.gpus import GpuAllocations
 from .core.logs import LogStore
 from .core.nodeindex import NodeIndex
 from .core.ownership import OwnerIndex
+from .core.podproxy import PodProxy
 from .core.recorder import Recorder
 from .core.store import Store
 from .core.versions import LoadTimes
@@ -92,6 +94,7 @@ class SimCluster:
         store, clock, recorder, knobs = self.store, self.clock, self.recorder, self.knobs
         gpus = GpuAllocations(store, store.type("pods"), store.type("nodes"))
         load_times = LoadTimes()  # slow-version faults (metrics) -> model loads (kubelet)
+        pod_proxy = PodProxy()  # pods' servers (metrics' vLLM) <- pods/proxy (API server)
         owners: OwnerIndex | None = None
         if self.config.controllers:
             self.controllers = [
@@ -103,11 +106,12 @@ class SimCluster:
             self.controllers += self._controller_manager(owners)
             self.controllers += self._cloud(pools)
         metrics = MetricsEngine(store, clock, self.faults, gpus, knobs.demand_model(),
-                                seed=knobs.seed, load_times=load_times)
+                                seed=knobs.seed, load_times=load_times, pod_proxy=pod_proxy)
         if self.config.controllers:
             self.controllers.append(metrics)
         api = ApiServer(store, clock, self.logs, self.faults,
-                        has_dependents=None if owners is None else owners.has_dependents)
+                        has_dependents=None if owners is None else owners.has_dependents,
+                        pod_proxy=pod_proxy)
 
         def load_scenario(text: str, source: str) -> dict[str, int]:
             """Into the running cluster: its knobs were applied at startup and stay."""

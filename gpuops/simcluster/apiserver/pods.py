@@ -1,5 +1,6 @@
 """Pod subresources: `log` (with previous, tailLines, sinceSeconds, timestamps, follow),
-`eviction` (honouring PodDisruptionBudgets) and `binding`."""
+`eviction` (honouring PodDisruptionBudgets), `binding` and `proxy` (to what answers on the
+pod's port: `core/podproxy.py`)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,19 @@ from ..core import errors
 from ..core.clock import VirtualClock, rfc3339
 from ..core.logs import LogStore
 from ..core.pdb import pdb_budget, pdbs_covering
+from ..core.podproxy import PodProxy, ProxyRequest
 from ..core.store import Store
 from .codecs import query_int, query_time
 
 
 class PodSubresources:
-    def __init__(self, store: Store, clock: VirtualClock, logs: LogStore) -> None:
+    def __init__(self, store: Store, clock: VirtualClock, logs: LogStore,
+                 pod_proxy: PodProxy | None = None) -> None:
         self.store = store
         self.clock = clock
         self.logs = logs
         self.pods = store.type("pods")
+        self.pod_proxy = pod_proxy or PodProxy()
 
     # --- log -----------------------------------------------------------------------------------
 
@@ -84,6 +88,29 @@ class PodSubresources:
         except ConnectionResetError:
             pass  # the client went away
         return response
+
+    # --- proxy ---------------------------------------------------------------------------------
+
+    async def proxy(self, request: web.Request, namespace: str, name: str, path: str
+                    ) -> web.Response:
+        """`pods/[scheme:]<name>[:port]/proxy/<path>`: forwarded to what listens there; a pod
+        whose server is not up refuses the connection (503, as kube-apiserver's proxy says)."""
+        parts = name.split(":")
+        if len(parts) == 3 or (len(parts) == 2 and parts[0] in ("http", "https")):
+            parts = parts[1:]  # a scheme first
+        pod_name, port = parts[0], parts[1] if len(parts) > 1 else ""
+        pod = self.store.get(self.pods, namespace, pod_name)
+        ip = (pod.get("status") or {}).get("podIP") or ""
+        answer = None
+        if ip:
+            answer = self.pod_proxy.answer(ProxyRequest(
+                namespace, pod_name, port, request.method, path or "/",
+                dict(request.query), await request.read()))
+        if answer is None:
+            raise errors.ApiError(503, "ServiceUnavailable", "error trying to reach service: "
+                                  f"dial tcp {ip}:{port or 80}: connect: connection refused")
+        return web.Response(status=answer.status, body=answer.body,
+                            headers={"Content-Type": answer.content_type})
 
     # --- eviction and binding ------------------------------------------------------------------
 

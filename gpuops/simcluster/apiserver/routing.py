@@ -1,7 +1,8 @@
 """What a request path names: a resource type, a namespace, an object, a subresource, a watch.
 
 Kubernetes paths are `/api/v1/...` for the core group and `/apis/<group>/<version>/...` for the
-others, then `[watch/][namespaces/<ns>/]<plural>[/<name>[/<subresource>]]`.
+others, then `[watch/][namespaces/<ns>/]<plural>[/<name>[/<subresource>]]`; a `proxy`
+subresource may go on with the path to forward (`pods/<name>:<port>/proxy/v1/models`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Target:
     name: str | None = None
     subresource: str | None = None
     watch: bool = False
+    proxy_path: str = ""  # after `proxy`: what the proxied server is asked for
 
 
 def resolve(registry: ResourceRegistry, group: str, version: str, rest: list[str]) -> Target:
@@ -39,10 +41,13 @@ def resolve(registry: ResourceRegistry, group: str, version: str, rest: list[str
         if rt is not None and rt.namespaced:
             namespace, rest = rest[1], rest[2:]
     rt = registry.get(group, version, rest[0])
+    proxy_path = ""
+    if len(rest) > 3 and rest[2] == "proxy":
+        rest, proxy_path = rest[:3], "/" + "/".join(rest[3:])
     if rt is None or len(rest) > 3:
         raise not_found()
     name = rest[1] if len(rest) > 1 else None
     sub = rest[2] if len(rest) > 2 else None
     if sub is not None and sub not in rt.subresources:
         raise not_found(f"{rt.plural}/{sub}")
-    return Target(rt, namespace, name, sub, watch)
+    return Target(rt, namespace, name, sub, watch, proxy_path)

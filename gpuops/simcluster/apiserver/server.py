@@ -3,8 +3,9 @@
 Only the HTTP shape lives here; semantics (versions, conflicts, watch history) are the
 store's, what differs per resource its strategy's (`core/registry/`, through
 `core/admission.py`), lists are `lists.py`'s, watches `watch.py`'s, deletion `deletion.py`'s,
-pod subresources `pods.py`'s. A bad request it detects is a 400 naming what is wrong; an
-exception from simcluster's own code is a 500 InternalError, as kube-apiserver answers.
+pod subresources (log, eviction, binding, proxy) `pods.py`'s. A bad request it detects is a
+400 naming what is wrong; an exception from simcluster's own code is a 500 InternalError, as
+kube-apiserver answers.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..core.faults import FaultRegistry
 from ..core.intfields import check_integer_fields
 from ..core.logs import LogStore
 from ..core.patching import apply_patch
+from ..core.podproxy import PodProxy
 from ..core.store import Store
 from . import discovery
 from .codecs import check_kind, dry_run, error_response, json_response, read_body
@@ -41,14 +43,16 @@ log = logging.getLogger("gpuops.simcluster.apiserver")
 class ApiServer:
     def __init__(self, store: Store, clock: VirtualClock, logs: LogStore,
                  faults: FaultRegistry, *,
-                 has_dependents: Callable[[str], bool] | None = None) -> None:
+                 has_dependents: Callable[[str], bool] | None = None,
+                 pod_proxy: PodProxy | None = None) -> None:
         """`has_dependents(uid)`: the garbage collector's owner index (None: no collector
-        runs, so Orphan and Foreground deletion hold nothing back)."""
+        runs, so Orphan and Foreground deletion hold nothing back); `pod_proxy`: what answers
+        on pods' ports (None: nothing does)."""
         self.store = store
         self.faults = ApiFaults()
         self.lister = Lister(store)
         self.deletion = Deletion(store, self.lister, has_dependents)
-        self.pods = PodSubresources(store, clock, logs)
+        self.pods = PodSubresources(store, clock, logs, pod_proxy or PodProxy())
         register_api_faults(faults, self.faults, store)
 
     def add_routes(self, app: web.Application) -> None:
@@ -134,6 +138,8 @@ class ApiServer:
             return self.pods.evict(await read_body(request), t.namespace or "", t.name)
         elif t.subresource == "binding" and method == "POST":
             return self.pods.bind(await read_body(request), t.namespace or "", t.name)
+        elif t.subresource == "proxy":
+            return await self.pods.proxy(request, t.namespace or "", t.name, t.proxy_path)
         raise errors.method_not_allowed(f"the server does not allow this method on the "
                                         f"requested resource ({method} {request.path})")
 

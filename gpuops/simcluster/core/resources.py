@@ -70,7 +70,7 @@ def _apps(kind: str, plural: str, short: str, strategy: Strategy) -> ResourceTyp
 
 
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
-    _core("Pod", "pods", short=("po",), sub=("status", "log", "eviction", "binding"),
+    _core("Pod", "pods", short=("po",), sub=("status", "log", "eviction", "binding", "proxy"),
           strategy=PodStrategy()),
     _core("Node", "nodes", namespaced=False, short=("no",), strategy=NodeStrategy()),
     _core("Namespace", "namespaces", namespaced=False, short=("ns",), sub=("status", "finalize"),

@@ -37,8 +37,10 @@ from ..core import errors
 from ..core.clock import VirtualClock, rfc3339
 from ..core.faults import FaultParams, FaultRegistry
 from ..core.gpus import GpuAllocations
+from ..core.podproxy import PodProxy, ProxyRequest, ProxyResponse
 from ..core.store import Store
 from ..core.versions import LoadTime, LoadTimes, VersionMatch
+from . import vllmapi
 from .dcgm import render_gpu_metrics
 from .idlegpus import IdleGpus, IdleParams
 from .serving import (
@@ -52,6 +54,7 @@ from .serving import (
     Spike,
     model_demand,
     rule_model,
+    serve_request,
     split_demand,
     step_replica,
 )
@@ -99,7 +102,8 @@ class MetricsEngine:
 
     def __init__(self, store: Store, clock: VirtualClock, faults: FaultRegistry,
                  gpus: GpuAllocations, demand: DemandModel, *, seed: int = 0,
-                 load_times: LoadTimes | None = None) -> None:
+                 load_times: LoadTimes | None = None, pod_proxy: PodProxy | None = None
+                 ) -> None:
         self.clock = clock
         self.demand = demand
         self.seed = seed
@@ -120,6 +124,8 @@ class MetricsEngine:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self._register_faults(faults)
+        if pod_proxy is not None:
+            pod_proxy.register(self.answer_pod)
 
     async def run(self) -> None:
         while True:
@@ -232,7 +238,10 @@ class MetricsEngine:
         """The Collector protocol: the vLLM families (the DCGM ones are rendered directly)."""
         yield from self._vllm_families()
 
-    def _vllm_families(self) -> Iterator[Metric]:
+    def _vllm_families(self, only: str | None = None) -> Iterator[Metric]:
+        """Every replica's series as Prometheus scrapes them (with the `namespace`, `pod` and
+        `inference_pool` a pod monitor adds), or, for `only` (a pod uid), what that vLLM's own
+        `/metrics` shows: `model_name` and `engine` alone."""
         gauges = {
             "vllm:num_requests_running": "Number of requests in model execution batches.",
             "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
@@ -259,10 +268,13 @@ class MetricsEngine:
             for view in sorted(self.index.ready_members(key), key=lambda v: v.name):
                 if min(self.index.pod_pools[view.uid]) != key:
                     continue  # a pod in several pools is exposed once, under its first pool
+                if only is not None and view.uid != only:
+                    continue
                 state = self._state(view)
-                labels = {"model_name": view.model or model, "engine": "0",
-                          "namespace": view.namespace, "pod": view.name,
-                          "inference_pool": key[1]}
+                labels = {"model_name": view.model or model, "engine": "0"}
+                if only is None:
+                    labels.update(namespace=view.namespace, pod=view.name,
+                                  inference_pool=key[1])
                 _add(families, "vllm:num_requests_running", "", labels, state.running)
                 _add(families, "vllm:num_requests_waiting", "", labels, state.waiting)
                 _add(families, "vllm:kv_cache_usage_perc", "", labels, state.kv_cache_usage)
@@ -289,6 +301,56 @@ class MetricsEngine:
         gpus = render_gpu_metrics(self.index.store, self.node_type, self.gpus, self.index.views,
                                   self.gpu_util_of)
         return gpus.encode() + generate_latest(self.registry)
+
+    # --- each replica's vLLM server, reached through the API server's pod proxy ----------------
+
+    def answer_pod(self, request: ProxyRequest) -> ProxyResponse | None:
+        """A Ready replica's vLLM answers on its port; one still loading its model (not Ready)
+        refuses the connection, as does any other pod or port (None)."""
+        view = self._replica(request.namespace, request.pod)
+        if view is None or not view.ready or request.port != vllmapi.port_of(view.facts.argv):
+            return None
+        self.catch_up()
+        model = view.model or self.index.pool_model(min(self.index.pod_pools[view.uid]))
+        now = self.clock.time()
+
+        def generate() -> ProxyResponse:
+            asked, refused = vllmapi.requested_model(request.body)
+            if refused is not None:
+                return refused
+            if asked != model:
+                return vllmapi.error(404, f"The model `{asked}` does not exist.",
+                                     "NotFoundError")
+            state = self._state(view)
+            prompt, generated = state.prompt_tokens, state.generation_tokens
+            age = None if view.ready_since is None else now - view.ready_since
+            reason = serve_request(state, self._profile(view), self._degradations(view), age)
+            if reason == "error":
+                return vllmapi.error(500, "EngineCore encountered an issue. See stack trace "
+                                     "(above) for the root cause.", "InternalServerError")
+            return vllmapi.completion(request.path, model, int(now), reason,
+                                      state.prompt_tokens - prompt,
+                                      state.generation_tokens - generated)
+
+        return vllmapi.route(
+            request, health=lambda: ProxyResponse(200, b"", "text/plain"),
+            list_models=lambda: vllmapi.models(model, int(now),
+                                               vllmapi.max_model_len_of(view.facts.argv)),
+            metrics=lambda: ProxyResponse(200, self._pod_exposition(view.uid),
+                                          vllmapi.METRICS_CONTENT_TYPE),
+            generate=generate)
+
+    def _replica(self, namespace: str, name: str) -> PodView | None:
+        for uid in self.index.pod_pools:
+            view = self.index.views[uid]
+            if view.name == name and view.namespace == namespace:
+                return view
+        return None
+
+    def _pod_exposition(self, uid: str) -> bytes:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families(list(self._vllm_families(only=uid))))
+        return generate_latest(registry)
 
     # --- faults --------------------------------------------------------------------------------
 
@@ -451,6 +513,16 @@ _WARMUP_PARAMS = {"warmup_s": "seconds", "cold_ttft_factor": "ttft_factor",
 
 def _version(params: dict[str, Any]) -> VersionMatch:
     return VersionMatch(params.get("image"), params.get("model"), params.get("args"))
+
+
+class _Families:
+    """A Collector of families already built."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
 
 
 def _add(families: dict[str, Metric], name: str, suffix: str, labels: dict[str, str],

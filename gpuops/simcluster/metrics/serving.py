@@ -531,3 +531,17 @@ def capped_lq(rho: float) -> float:
         return 0.0
     capped = min(rho, MAX_RHO_FOR_LATENCY)
     return capped * capped / (1.0 - capped)
+
+
+def serve_request(state: ReplicaState, profile: ReplicaProfile,
+                  degradations: Sequence[Degradation] = (), age_s: float | None = None) -> str:
+    """One request arriving now (a warm-up request sent to this replica, say), served at the
+    replica's current load, backlog and coldness; its finish reason."""
+    mu = max(profile.capacity_rps, 1e-9)
+    rho = state.load_rps / mu
+    degradation = active_degradation(degradations, state.load_rps, rho)
+    service = service_at(profile, rho, state.backlog / mu, degradation,
+                         profile.warmup.coldness(age_s))
+    before = dict(state.finished)
+    serve_requests(state, profile, 1, service, degradation.error_rate)
+    return next(r for r in FINISH_REASONS if state.finished[r] > before[r])
