@@ -70,9 +70,11 @@ def register_churn(cluster: SimCluster) -> None:
         keys = [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in store.list(pod_type)]
         for n in range(count):
             ns, name = keys[n % len(keys)]
-            store.mutate(pod_type, ns, name,
-                         lambda p, n=n: p["status"].__setitem__("message", f"tick {n}"),
-                         subresource="status")
+
+            def tick(p: dict[str, Any], n: int = n) -> None:  # (mypy types no lambda default)
+                p["status"]["message"] = f"tick {n}"
+
+            store.mutate(pod_type, ns, name, tick, subresource="status")
             if n % 500 == 499:
                 await asyncio.sleep(0)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import builtins  # `list` below is Lister.list in the class body's annotations
 from typing import Any
 
 import orjson
@@ -46,7 +47,7 @@ class Lister:
             token = _encode_continue(next_key, snapshot_rv or self.store.resource_version)
         return list_response(self.body(t.rtype, page, token, snapshot_rv))
 
-    def body(self, rt: ResourceType, items: list[dict], token: str | None,
+    def body(self, rt: ResourceType, items: builtins.list[dict], token: str | None,
              rv: int | None = None) -> dict[str, Any]:
         meta: dict[str, Any] = {"resourceVersion": str(rv or self.store.resource_version)}
         if token:
@@ -54,9 +55,10 @@ class Lister:
         return {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
                 "items": items}
 
-    def _page(self, t: Target, labels: list[Requirement], fields: list[FieldRequirement],
+    def _page(self, t: Target, labels: builtins.list[Requirement],
+              fields: builtins.list[FieldRequirement],
               limit: int, start_after: tuple[str, str] | None
-              ) -> tuple[list[dict], tuple[str, str] | None]:
+              ) -> tuple[builtins.list[dict], tuple[str, str] | None]:
         keys = self._sorted(t.rtype)
         i = bisect.bisect_right(keys, start_after) if start_after else 0
         page: list[dict] = []
@@ -75,7 +77,7 @@ class Lister:
         more = i < len(keys) and page
         return page, (keys[i - 1] if more else None)
 
-    def _sorted(self, rt: ResourceType) -> list[tuple[str, str]]:
+    def _sorted(self, rt: ResourceType) -> builtins.list[tuple[str, str]]:
         """Keys in (namespace, name) order, re-sorted only when the set of keys changed."""
         version = self.store.keyset_version(rt)
         cached = self._sorted_keys.get(rt.key)

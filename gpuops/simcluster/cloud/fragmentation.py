@@ -141,8 +141,8 @@ class GpuFragmentation:
     # --- the fault -----------------------------------------------------------------------------
 
     def inject(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
-        names = [params.get("pool") or target] if (params.get("pool") or target) else sorted(
-            self.pools)
+        wanted = params.get("pool") or target
+        names: list[str] = [wanted] if wanted else sorted(self.pools)
         if names[0] not in self.pools:
             raise errors.bad_request(f"unknown pool {names[0]!r}; pools: "
                                      f"{', '.join(sorted(self.pools)) or 'none'}")
@@ -179,7 +179,7 @@ class GpuFragmentation:
         namespace = params["namespace"]
         tolerations = [{"key": t.key, "operator": "Exists", "effect": t.effect}
                        for t in pool.taints]
-        created = []
+        created: list[dict[str, Any]] = []
         moves = []
         for i, fill in enumerate(plan.fills):
             name = f"gpu-frag-{pool.name}-{i}"

@@ -90,10 +90,10 @@ def reserved_cpu_millis(cores: Fraction) -> int:
     steps = ((1, Fraction(60)), (1, Fraction(10)), (2, Fraction(5)))
     left = cores
     for count, per_core in steps:
-        take = min(left, count)
+        take = min(left, Fraction(count))  # (Fractions on both sides: one type for mypy)
         millis += take * per_core
         left -= take
-    millis += max(left, 0) * Fraction(5, 2)
+    millis += max(left, Fraction(0)) * Fraction(5, 2)
     return int(millis)
 
 

@@ -114,7 +114,7 @@ def should_run(template_spec: Obj, node: Obj) -> tuple[bool, bool]:
     return not untolerated_taints(template_spec, node, ("NoSchedule",)), True
 
 
-class DaemonSetController(ControllerLoop):
+class DaemonSetController(ControllerLoop[tuple[str, str]]):
     name = COMPONENT
 
     def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder,

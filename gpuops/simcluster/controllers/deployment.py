@@ -13,6 +13,7 @@ progressDeadlineSeconds without progress). The arithmetic lives in `rollout.py`.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from ..core import errors
@@ -67,7 +68,7 @@ Obj = dict[str, Any]
 COMPONENT = "deployment-controller"
 
 
-class DeploymentController(ControllerLoop):
+class DeploymentController(ControllerLoop[tuple[str, str]]):
     name = COMPONENT
 
     def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder,
@@ -435,7 +436,7 @@ class DeploymentController(ControllerLoop):
         new_rs, old_rss = self._all_rss_and_sync_revision(d, rss, create=False)
         self._sync_status(d, old_rss + [new_rs], new_rs)
 
-    def _sync_status(self, d: Obj, all_rss: list[Obj | None], new_rs: Obj | None) -> None:
+    def _sync_status(self, d: Obj, all_rss: Sequence[Obj | None], new_rs: Obj | None) -> None:
         status = calculate_status(d, all_rss, new_rs, self.clock.time())
         self._write_status(d, status)
 

@@ -47,7 +47,7 @@ def selector_text(reqs: list[Requirement]) -> str:
     return ",".join(parts)
 
 
-class DisruptionController(ControllerLoop):
+class DisruptionController(ControllerLoop[tuple[str, str]]):
     name = "disruption-controller"
 
     def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder) -> None:

@@ -25,7 +25,7 @@ from ..core.workqueue import ControllerLoop
 Obj = dict[str, Any]
 
 
-class GarbageCollector(ControllerLoop):
+class GarbageCollector(ControllerLoop[tuple[str, str, str, str]]):
     name = "garbage-collector"
 
     def __init__(self, store: Store, clock: VirtualClock, owners: OwnerIndex) -> None:
@@ -106,7 +106,7 @@ class GarbageCollector(ControllerLoop):
             if found is None:
                 continue
             dep_rt, dep = found
-            ref = next((r for r in dep["metadata"].get("ownerReferences") or ()
+            ref: dict[str, Any] = next((r for r in dep["metadata"].get("ownerReferences") or ()
                         if r.get("uid") == uid), {})
             blocking = blocking or bool(ref.get("blockOwnerDeletion"))
             if not is_terminating(dep):

@@ -111,7 +111,7 @@ def is_finished(job: Obj) -> bool:
     return condition_true(status, "Complete") or condition_true(status, "Failed")
 
 
-class JobController(ControllerLoop):
+class JobController(ControllerLoop[tuple[str, str]]):
     name = COMPONENT
 
     def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder,

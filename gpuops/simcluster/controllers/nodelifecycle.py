@@ -74,9 +74,9 @@ class NodeLifecycleController:
                 self._evaluate(pod, since)
         pods, self.index.dirty_pods = self.index.dirty_pods, set()
         for ns, name in pods:
-            pod = self.store.find(self.index.pods_type, ns, name)
-            if pod is not None:
-                self._evaluate(pod, now)
+            found = self.store.find(self.index.pods_type, ns, name)
+            if found is not None:
+                self._evaluate(found, now)
         self._evict_due(now)
 
     # --- the taint manager ---------------------------------------------------------------------

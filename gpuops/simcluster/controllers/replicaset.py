@@ -86,13 +86,15 @@ def claim(store: Store, index: OwnerIndex, owner: Obj, rt: ResourceType,
         if is_terminating(obj) or not labels_match(selector, labels_of(obj)):
             continue
         ref = new_controller_ref(owner)
-        claimed.append(store.mutate(rt, namespace, obj["metadata"]["name"],
-                                    lambda o, ref=ref: o["metadata"].setdefault(
-                                        "ownerReferences", []).append(ref)))
+
+        def adopt_by(o: Obj, ref: Obj = ref) -> None:  # (a def: mypy types no lambda default)
+            o["metadata"].setdefault("ownerReferences", []).append(ref)
+
+        claimed.append(store.mutate(rt, namespace, obj["metadata"]["name"], adopt_by))
     return claimed
 
 
-class ReplicaSetController(ControllerLoop):
+class ReplicaSetController(ControllerLoop[tuple[str, str]]):
     name = "replicaset-controller"
 
     def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder,

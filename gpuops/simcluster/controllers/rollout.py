@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from ..core.clock import parse_rfc3339, rfc3339
@@ -95,15 +96,15 @@ def status_of(obj: Obj | None, field: str) -> int:
     return ((obj or {}).get("status") or {}).get(field, 0) or 0
 
 
-def spec_total(rss: list[Obj | None]) -> int:
+def spec_total(rss: Sequence[Obj | None]) -> int:
     return sum(replicas(rs) for rs in rss if rs is not None)
 
 
-def status_total(rss: list[Obj | None], field: str) -> int:
+def status_total(rss: Sequence[Obj | None], field: str) -> int:
     return sum(status_of(rs, field) for rs in rss if rs is not None)
 
 
-def active(rss: list[Obj | None]) -> list[Obj]:
+def active(rss: Sequence[Obj | None]) -> list[Obj]:
     return [rs for rs in rss if rs is not None and replicas(rs) > 0]
 
 
@@ -154,7 +155,7 @@ def max_unavailable(d: Obj) -> int:
     return min(resolve_fenceposts(d)[1], replicas(d))
 
 
-def new_rs_new_replicas(d: Obj, all_rss: list[Obj | None], new_rs: Obj) -> int:
+def new_rs_new_replicas(d: Obj, all_rss: Sequence[Obj | None], new_rs: Obj) -> int:
     """`NewRSNewReplicas`: how big the new ReplicaSet may be now."""
     if not is_rolling(d):
         return replicas(d)
@@ -284,7 +285,7 @@ def remove_condition(status: Obj, ctype: str) -> None:
         status.pop("conditions", None)
 
 
-def calculate_status(d: Obj, all_rss: list[Obj | None], new_rs: Obj | None, now: float) -> Obj:
+def calculate_status(d: Obj, all_rss: Sequence[Obj | None], new_rs: Obj | None, now: float) -> Obj:
     available = status_total(all_rss, "availableReplicas")
     status: Obj = {
         "observedGeneration": d["metadata"].get("generation", 1),
@@ -346,7 +347,7 @@ def deployment_timed_out(d: Obj, status: Obj, now: float) -> bool:
     return at is not None and at < now
 
 
-def rollout_status(d: Obj, all_rss: list[Obj | None], new_rs: Obj | None, now: float) -> Obj:
+def rollout_status(d: Obj, all_rss: Sequence[Obj | None], new_rs: Obj | None, now: float) -> Obj:
     """`syncRolloutStatus`'s new status: counts, Available, and Progressing moved along."""
     status = calculate_status(d, all_rss, new_rs, now)
     if not has_progress_deadline(d):

@@ -51,7 +51,7 @@ def update_revision_name(sts: Obj) -> str:
     return f'{sts["metadata"]["name"]}-{pod_template_hash(sts["spec"].get("template") or {}, collisions)}'
 
 
-class StatefulSetController(ControllerLoop):
+class StatefulSetController(ControllerLoop[tuple[str, str]]):
     name = "statefulset-controller"
 
     def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder,

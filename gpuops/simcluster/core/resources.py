@@ -136,7 +136,8 @@ class ResourceRegistry:
         versions = [v["name"] for v in spec.get("versions", []) if v.get("served", True)]
         if not versions:
             raise ValueError("CustomResourceDefinition needs at least one served spec.versions[]")
-        subresources = tuple(next(iter(spec["versions"]), {}).get("subresources", {}) or ())
+        first: dict = next(iter(spec["versions"]), {})
+        subresources = tuple(first.get("subresources", {}) or ())
         return [
             self.register(ResourceType(
                 spec["group"], v, names["kind"], names["plural"],

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuops.common.labels import LabelSelectorError, Requirement, labels_match
+from gpuops.common.labels import LabelSelectorError, Op, Requirement, labels_match
 from gpuops.common.labels import parse_label_selector as _parse_labels
 
 from .errors import bad_request
@@ -35,7 +35,8 @@ def selector_from_spec(selector: dict[str, Any] | None) -> list[Requirement]:
     if not selector:
         return []
     reqs = [Requirement(k, "=", frozenset([v])) for k, v in (selector.get("matchLabels") or {}).items()]
-    ops = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
+    ops: dict[str, Op] = {"In": "in", "NotIn": "notin", "Exists": "exists",
+                          "DoesNotExist": "!exists"}
     for expr in selector.get("matchExpressions") or []:
         reqs.append(Requirement(expr["key"], ops[expr["operator"]],
                                 frozenset(expr.get("values") or ())))

@@ -10,6 +10,7 @@ for the types it names, as informers do.
 from __future__ import annotations
 
 import asyncio
+import builtins  # `list` below is Store.list in the class body's annotations
 import copy
 import uuid
 from collections import deque
@@ -138,7 +139,7 @@ class Store:
         """Changes whenever an object of this type is added or removed (for cached orderings)."""
         return self._keysets.get(rt.key, 0)
 
-    def sorted_keys(self, rt: ResourceType) -> list[tuple[str, str]]:
+    def sorted_keys(self, rt: ResourceType) -> builtins.list[tuple[str, str]]:
         return sorted(self._bucket(rt))
 
     def count(self, rt: ResourceType) -> int:
@@ -312,7 +313,7 @@ class Store:
         self._listeners.append((frozenset(rt.key for rt in types) or None, listener))
         self._listeners_by_key.clear()
 
-    def _listeners_of(self, key: str) -> list[Listener]:
+    def _listeners_of(self, key: str) -> builtins.list[Listener]:
         found = self._listeners_by_key.get(key)
         if found is None:
             found = self._listeners_by_key[key] = [
@@ -320,7 +321,8 @@ class Store:
         return found
 
     def watch(self, rt: ResourceType, namespace: str | None, resource_version: str | None,
-              labels: list[Requirement], fields: list[FieldRequirement]) -> Watcher:
+              labels: builtins.list[Requirement],
+              fields: builtins.list[FieldRequirement]) -> Watcher:
         watcher = Watcher(rt, namespace, labels, fields, self.watch_queue_size)
         if resource_version in (None, "", "0"):
             for obj in self.list(rt, namespace, labels, fields):

@@ -14,6 +14,7 @@ import heapq
 import itertools
 import logging
 from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 from . import errors
 from .clock import VirtualClock
@@ -22,7 +23,10 @@ from .store import Store
 log = logging.getLogger("gpuops.simcluster.controllers")
 
 
-class ControllerLoop:
+K = TypeVar("K", bound=Hashable)  # what one sync is about: a (namespace, name), a node...
+
+
+class ControllerLoop(Generic[K]):
     name = "controller"
     idle_check_s = 0.2  # real seconds between looks at the virtual clock while idle
     batch_delay_s = 0.003  # real seconds to let a burst of changes collect before syncing
@@ -32,21 +36,21 @@ class ControllerLoop:
     def __init__(self, store: Store, clock: VirtualClock) -> None:
         self.store = store
         self.clock = clock
-        self._dirty: dict[Hashable, None] = {}
-        self._timers: list[tuple[float, int, Hashable]] = []
-        self._timer_at: dict[Hashable, float] = {}
+        self._dirty: dict[K, None] = {}
+        self._timers: list[tuple[float, int, K]] = []
+        self._timer_at: dict[K, float] = {}
         self._seq = itertools.count()
         self._wake = asyncio.Event()
-        self._failing: dict[Hashable, tuple[str, int]] = {}  # key -> (error, failures in a row)
+        self._failing: dict[K, tuple[str, int]] = {}  # key -> (error, failures in a row)
 
     # --- queueing ------------------------------------------------------------------------------
 
-    def enqueue(self, key: Hashable) -> None:
+    def enqueue(self, key: K) -> None:
         if key not in self._dirty:
             self._dirty[key] = None
             self._wake.set()
 
-    def enqueue_at(self, when: float, key: Hashable) -> None:
+    def enqueue_at(self, when: float, key: K) -> None:
         """Sync `key` again at virtual time `when` (the earliest pending request wins)."""
         pending = self._timer_at.get(key)
         if pending is not None and pending <= when:
@@ -54,12 +58,12 @@ class ControllerLoop:
         self._timer_at[key] = when
         heapq.heappush(self._timers, (when, next(self._seq), key))
 
-    def enqueue_after(self, seconds: float, key: Hashable) -> None:
+    def enqueue_after(self, seconds: float, key: K) -> None:
         self.enqueue_at(self.clock.time() + seconds, key)
 
     # --- the loop ------------------------------------------------------------------------------
 
-    def sync(self, key: Hashable) -> None:  # pragma: no cover - every controller overrides it
+    def sync(self, key: K) -> None:  # pragma: no cover - every controller overrides it
         raise NotImplementedError
 
     async def run(self) -> None:
@@ -79,7 +83,7 @@ class ControllerLoop:
                     await asyncio.sleep(0)  # let the API server answer between big batches
             await asyncio.sleep(0)  # and between rounds, should syncs keep re-dirtying keys
 
-    def _sync_one(self, key: Hashable) -> None:
+    def _sync_one(self, key: K) -> None:
         try:
             self.sync(key)
         except errors.ApiError as e:
@@ -95,7 +99,7 @@ class ControllerLoop:
                 log.info("%s: sync of %s works again after %d failure(s)", self.name, key,
                          failed[1])
 
-    def _failed(self, key: Hashable, error: str, *, crashed: bool) -> None:
+    def _failed(self, key: K, error: str, *, crashed: bool) -> None:
         """Retry with a doubling delay; log a key's failure once, not at every retry (again
         only when the error changes), so one bad object neither floods the log nor fails
         unseen."""

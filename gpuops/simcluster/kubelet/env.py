@@ -74,9 +74,9 @@ def container_environment(env: tuple[EnvVar, ...], env_from: tuple[EnvFrom, ...]
             result[source.prefix + key] = value
     for var in env:
         if var.ref is not None:
-            value = (lookup(var.ref) or {}).get(var.ref.key or "")
-            if value is not None:
-                result[var.name] = value
+            found = (lookup(var.ref) or {}).get(var.ref.key or "")
+            if found is not None:
+                result[var.name] = found
         elif var.value is not None:
             result[var.name] = expand(var.value, result)
     return result

@@ -303,8 +303,9 @@ def register_kubelet_faults(faults: FaultRegistry, store: Store, clock: VirtualC
                 book.missing_images[str(params["image"])] = str(params.get("reason", "NotFound"))
                 return {"image": params["image"], "reason": params.get("reason", "NotFound")}
             if kind == "gpu-xid" and target and "/" not in target and not params.get("selector"):
-                hit = hooks.node_xid(target, int(params.get("xid", 79)), int(params.get("gpu", 0)))
-                return {"node": target, "pods": [f"{ns}/{n}" for ns, n in hit]}
+                struck = hooks.node_xid(target, int(params.get("xid", 79)),
+                                        int(params.get("gpu", 0)))
+                return {"node": target, "pods": [f"{ns}/{n}" for ns, n in struck]}
             pods, rule = resolve(target, params)
             if kind == "image-pull" and rule is None and pods and all(
                     _running(pod, choose_container(pod, kind, params)) for pod in pods):

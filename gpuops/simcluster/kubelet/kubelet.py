@@ -17,7 +17,6 @@ image pull times and the `Tunables`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
 from typing import Any
 
 from ..core import errors
@@ -115,7 +114,7 @@ class _World:
         self.k.book.fired(pod.key, container, fault)
 
 
-class Kubelet(ControllerLoop):
+class Kubelet(ControllerLoop[NodeKey | PodKey]):
     name = "kubelet"
 
     def __init__(self, store: Store, clock: VirtualClock, recorder: Recorder, logs: LogStore,
@@ -217,11 +216,11 @@ class Kubelet(ControllerLoop):
 
     # --- syncing -------------------------------------------------------------------------------
 
-    def sync(self, key: Hashable) -> None:
+    def sync(self, key: NodeKey | PodKey) -> None:
         if isinstance(key, NodeKey):
             self._sync_node(key.name)
         else:
-            self._sync_pod(key)  # type: ignore[arg-type]
+            self._sync_pod(key)
 
     def _sync_node(self, name: str) -> None:
         if self.store.find(self.nodes_rt, None, name) is None:

@@ -81,7 +81,8 @@ def split_by_budget(pods: list[PodInfo], budgets: list[Budget]
     """(would violate a PDB, would not), each in the given order; evicting several pods
     covered by one budget spends it one by one."""
     allowed = [b.disruptions_allowed for b in budgets]
-    violating, fine = [], []
+    violating: list[PodInfo] = []
+    fine: list[PodInfo] = []
     for pod in pods:
         violates = False
         for i, budget in enumerate(budgets):
