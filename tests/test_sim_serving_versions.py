@@ -100,9 +100,10 @@ def test_request_draws_follow_the_seed_not_how_the_steps_are_cut():
         for _ in range(4):
             step_replica(state, profile, 3.0, 15.0, (Degradation(error_rate=0.2),))
     assert fine.finished == coarse.finished
-    assert fine.ttft.counts == coarse.ttft.counts and fine.itl.counts == coarse.itl.counts
+    assert list(fine.ttft.counts) == list(coarse.ttft.counts)
+    assert list(fine.itl.counts) == list(coarse.itl.counts)
     assert fine.ttft.total == pytest.approx(coarse.ttft.total)
-    assert other.ttft.counts != fine.ttft.counts
+    assert list(other.ttft.counts) != list(fine.ttft.counts)
 
 
 # --- bad-version's parameters -----------------------------------------------------------------

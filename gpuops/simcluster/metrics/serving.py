@@ -327,12 +327,13 @@ class Histogram:
     """Per-bucket counts (the last is +Inf), a sum and a count: a Prometheus histogram."""
 
     bounds: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
+    counts: np.ndarray = field(init=False)
     total: float = 0.0
     count: int = 0
 
     def __post_init__(self) -> None:
-        self.counts = self.counts or [0] * (len(self.bounds) + 1)
+        self.counts = np.zeros(len(self.bounds) + 1, dtype=np.int64)
+        self._bounds = np.asarray(self.bounds, dtype=float)
 
     def observe(self, values: np.ndarray, times: np.ndarray | None = None) -> None:
         """Record each value (`times[i]` observations of `values[i]`) in the bucket whose `le`
@@ -340,21 +341,22 @@ class Histogram:
         values = np.asarray(values, dtype=float).ravel()
         if values.size == 0:
             return
-        weights = (np.ones(values.size, dtype=np.int64) if times is None
-                   else np.asarray(times, dtype=np.int64).ravel())
-        binned = np.bincount(np.searchsorted(self.bounds, values, side="left"),
-                             weights=weights, minlength=len(self.counts))
-        for i in np.flatnonzero(binned):
-            self.counts[i] += int(binned[i])
-        self.total += float(np.dot(values, weights))
+        index = np.searchsorted(self._bounds, values, side="left")
+        if times is None:
+            self.counts += np.bincount(index, minlength=self.counts.size)
+            self.total += float(values.sum())
+            self.count += values.size
+            return
+        weights = np.asarray(times, dtype=np.int64).ravel()
+        self.counts += np.bincount(index, weights=weights,
+                                   minlength=self.counts.size).astype(np.int64)
+        self.total += float(values @ weights)
         self.count += int(weights.sum())
 
     def cumulative(self) -> list[tuple[str, float]]:
         """`(le, cumulative count)` pairs, `+Inf` last, as the exposition wants them."""
-        out, running = [], 0
-        for bound, n in zip(self.bounds, self.counts):
-            running += n
-            out.append((_le(bound), float(running)))
+        running = np.cumsum(self.counts[:-1])
+        out = [(_le(bound), float(n)) for bound, n in zip(self.bounds, running)]
         out.append(("+Inf", float(self.count)))
         return out
 
