@@ -1,1 +1,2 @@
-"""The exporters Prometheus scrapes: DCGM GPU series and vLLM serving series."""
+"""The exporters Prometheus scrapes (DCGM GPU series, vLLM serving series) and the vLLM
+servers the serving replicas run (their HTTP API through the pod proxy)."""

@@ -7,17 +7,18 @@ would add (`namespace`, `pod`) and the serving series name their `inference_pool
 The serving numbers come from `serving.py` (pure), what they apply to from `servingindex.py`
 (kept by a store listener) and which GPU a pod holds from `core/gpus.py`; this module keeps the
 per-replica accumulators (keyed by pod uid, forgotten with the pod, reset when vLLM restarts),
-the faults (`demand-spike`, `bad-version`, `slow-version`, `good-version`) and the exposition.
+the faults (`demand-spike`, `bad-version`, `slow-version`, `good-version`), the exposition and
+each Ready replica's vLLM HTTP API (`vllmapi.py`, reached through the API server's pod proxy).
+
 A version's behaviour follows its pods' spec (image, model, command line: `core/versions.py`),
 so a Deployment created after a fault behaves like its version from its first replica. Each
 replica draws its requests from streams keyed by the cluster's seed and the pod (its name, or
-its generateName and how many pods of that name came before, and its restart count), so a
-run is reproducible. The model
-advances on a slow tick, before every change of who serves what, and on every scrape; the
-exposition is built only when scraped. The vLLM
-families go through a prometheus_client Collector and `generate_latest` on a registry of their
-own; the DCGM families (5,000 nodes x 8 GPUs in the scale benchmark) are rendered by `dcgm.py`
-in the same text format, because generate_latest would take seconds for them.
+its generateName and how many pods of that name came before, and its restart count), so a run
+can be repeated. The model advances on a slow tick, before every change of who serves what,
+and on every scrape; the exposition is built only when scraped. The vLLM families go through a
+prometheus_client Collector and `generate_latest` on a registry of their own; the DCGM
+families (5,000 nodes x 8 GPUs in the scale benchmark) are rendered by `dcgm.py` in the same
+text format, because generate_latest would take seconds for them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -39,7 +39,7 @@ from ..core.faults import FaultParams, FaultRegistry
 from ..core.gpus import GpuAllocations
 from ..core.podproxy import PodProxy, ProxyRequest, ProxyResponse
 from ..core.store import Store
-from ..core.versions import LoadTime, LoadTimes, VersionMatch
+from ..core.versions import LoadTime, LoadTimes
 from . import vllmapi
 from .dcgm import render_gpu_metrics
 from .idlegpus import IdleGpus, IdleParams
@@ -59,40 +59,21 @@ from .serving import (
     step_replica,
 )
 from .servingindex import PodView, ServingIndex
+from .versionrules import (
+    WARMUP_PARAMS,
+    BadVersionParams,
+    DegradeRule,
+    GoodVersionParams,
+    SlowRule,
+    SlowVersionParams,
+    version_of,
+)
 
 TICK_S = 5.0  # virtual seconds between model steps when nobody scrapes
 MAX_STEP_S = 15.0  # a clock jump is replayed in steps of at most this...
 MAX_STEPS = 60  # ...but never more than this many steps per advance
 MIN_STEP_S = 0.001  # changes closer together than this share a step
 EXPOSITION_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-@dataclass(frozen=True)
-class DegradeRule:
-    """A `bad-version` fault: pods of `pool`, or pods of a version (image, model, command-line
-    globs), are degraded."""
-
-    pool: PoolKey | None
-    version: VersionMatch
-    degradation: Degradation
-
-    def matches(self, view: PodView, pools: set[PoolKey]) -> bool:
-        if self.pool is not None and self.pool in pools:
-            return True
-        return self.version.matches(view.images, view.model, view.facts.argv)
-
-
-@dataclass(frozen=True)
-class SlowRule:
-    """A `slow-version` fault: its load time is the kubelet's (`LoadTimes`); what it says of
-    the cold period after Ready replaces the pods' own (`warmup`: Warmup's field names)."""
-
-    version: VersionMatch
-    load_seconds: float
-    warmup: dict[str, float]
-
-    def matches(self, view: PodView) -> bool:
-        return self.version.matches(view.images, view.model, view.facts.argv)
 
 
 class MetricsEngine:
@@ -398,7 +379,7 @@ class MetricsEngine:
     def _bad_version(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
         self.catch_up()
         pool = _pool_key(target) if target else None
-        version = _version(params)
+        version = version_of(params)
         if pool is None and not version.given():
             raise errors.bad_request("bad-version needs a target InferencePool (namespace/name) "
                                      "or params.image, params.model or params.args")
@@ -421,7 +402,7 @@ class MetricsEngine:
                 "min_utilisation": degradation.min_utilisation, "pods": pods}
 
     def _slow_version(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
-        version = _version(params)
+        version = version_of(params)
         if target:
             raise errors.bad_request("slow-version takes no target: name the version with "
                                      "params.image, params.model or params.args")
@@ -429,14 +410,14 @@ class MetricsEngine:
             raise errors.bad_request("slow-version needs params.image, params.model or "
                                      "params.args (globs naming the version)")
         self.catch_up()
-        warmup = {field: params[name] for name, field in _WARMUP_PARAMS.items()
+        warmup = {field: params[name] for name, field in WARMUP_PARAMS.items()
                   if name in params}
         rule = SlowRule(version, params["load_seconds"], warmup)
         self.slow_rules.append(rule)
         self.load_times.add(LoadTime(version, rule.load_seconds))
         running = sum(1 for v in self.index.views.values() if rule.matches(v))
         return {**version.describe(), "load_seconds": rule.load_seconds,
-                **{name: params.get(name) for name in _WARMUP_PARAMS},
+                **{name: params.get(name) for name in WARMUP_PARAMS},
                 "pods_unchanged": running}
 
     def _good_version(self, target: str | None, params: dict[str, Any]) -> dict[str, Any]:
@@ -463,56 +444,6 @@ class DemandSpikeParams(FaultParams):
                               "(default: the target; none: every model)")
     factor: float = Field(3.0, ge=0, le=1000, description="request rate multiplier")
     duration_s: float = Field(600.0, ge=0, description="how long, in virtual seconds")
-
-
-class VersionParams(FaultParams):
-    image: str | None = Field(None, min_length=1, description="a glob on the pods' image, "
-                              "e.g. vllm/vllm-openai:v0.12.0-*")
-    model: str | None = Field(None, min_length=1, description="a glob on the served model "
-                              "name (sim.gpuops.io/model, --served-model-name, --model)")
-    args: str | None = Field(None, min_length=1, description="a glob on the containers' "
-                             "command and args joined by spaces, e.g. *--max-num-seqs 512*")
-
-
-class BadVersionParams(VersionParams):
-    ttft_factor: float = Field(3.0, ge=0, le=1000, description="time to first token x this")
-    itl_factor: float | None = Field(None, ge=0, le=1000, description="inter-token latency x "
-                                     "this (default: ttft_factor)")
-    error_rate: float = Field(0.05, ge=0, le=1, description="share of requests that fail "
-                              "(finished_reason=error), drawn per request")
-    prefix_hit_factor: float = Field(1.0, ge=0, le=10, description="prefix-cache hit ratio x "
-                                     "this (capped at 1); fewer hits also lengthen TTFT")
-    min_rps_per_replica: float = Field(0.0, ge=0, le=100000, description="apply only while "
-                                       "a replica's offered load is at least this many "
-                                       "requests/s")
-    min_utilisation: float = Field(0.0, ge=0, le=100, description="apply only while a "
-                                   "replica's offered load / capacity is at least this")
-
-
-class SlowVersionParams(VersionParams):
-    load_seconds: float = Field(600.0, ge=0, le=86400, description="model-load time after "
-                                "the container starts: startup and readiness probes fail "
-                                "until then")
-    warmup_s: float | None = Field(None, ge=0, le=86400, description="cold period after "
-                                   "Ready (default: the pods' sim.gpuops.io/warmup-seconds, "
-                                   "else 90)")
-    cold_ttft_factor: float | None = Field(None, ge=1, le=1000, description="TTFT multiplier "
-                                           "at Ready, decaying to 1 (default 2.5)")
-    cold_itl_factor: float | None = Field(None, ge=1, le=1000, description="inter-token "
-                                          "latency multiplier at Ready (default 1.2)")
-
-
-class GoodVersionParams(FaultParams):
-    image: str | None = Field(None, min_length=1, description="clear only the bad-version "
-                              "and slow-version faults of this image glob")
-
-
-_WARMUP_PARAMS = {"warmup_s": "seconds", "cold_ttft_factor": "ttft_factor",
-                  "cold_itl_factor": "itl_factor"}  # slow-version's name: Warmup's
-
-
-def _version(params: dict[str, Any]) -> VersionMatch:
-    return VersionMatch(params.get("image"), params.get("model"), params.get("args"))
 
 
 class _Families:
