@@ -30,10 +30,12 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["PREFECT_LOGGING_TO_API_ENABLED"] = "false"
 
 import pytest
+import yaml
 from kubernetes import client, config
 
 from gpuops.simcluster.config import SimConfig
 from gpuops.simcluster.testing import SimClusterThread
+from tests.helpers import wait_for
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -169,3 +171,30 @@ def slack_fake() -> Iterator[SlackFake]:
     fake = SlackFake()
     yield fake
     fake.loop.stop()
+
+
+@pytest.fixture
+def prometheus_scraping(tmp_path: Path) -> Iterator[Callable[[str], str]]:
+    """A real Prometheus scraping a target every second (started by the test)."""
+    procs = []
+
+    def start(target: str) -> str:
+        root = tmp_path / "prometheus"
+        root.mkdir()
+        (root / "prometheus.yml").write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s"},
+            "scrape_configs": [{"job_name": "sim", "static_configs": [{"targets": [target]}]}]}))
+        port = free_port()
+        procs.append(subprocess.Popen(
+            ["prometheus", f"--config.file={root / 'prometheus.yml'}",
+             f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: urllib.request.urlopen(f"{url}/-/ready", timeout=2).status == 200,
+                 timeout=20, message="Prometheus ready")
+        return url
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(10)

@@ -62,3 +62,23 @@ class FlowThread:
         if self.error:
             raise self.error
         return self.state
+
+
+def stored_events(name: str, since: object) -> list:
+    """Every event named `name` the Prefect server stored since `since` (all pages)."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
+
+    async def read() -> list:
+        async with get_client() as c:
+            page = await c.read_events(filter=EventFilter(
+                event=EventNameFilter(name=[name]),
+                occurred=EventOccurredFilter(since=since)), limit=50)
+            events = list(page.events)
+            while page.next_page:
+                page = await c.read_events_page(page.next_page)
+                events += page.events
+            return events
+    return asyncio.run(read())

@@ -3,24 +3,17 @@ reported once with its evidence, across dropped watches, a forced 410 and a watc
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import UTC
 from pathlib import Path
 
 import pytest
 from kubernetes import client
-from prefect.client.orchestration import get_client
-from prefect.events.filters import (
-    EventFilter,
-    EventNameFilter,
-    EventOccurredFilter,
-)
 
 from gpuops.sensors.cluster_watcher import ClusterWatcher
 from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.restarts.evidence import RestartEvidence
-from tests.helpers import wait_for
+from tests.helpers import stored_events, wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -44,17 +37,7 @@ def make_pod(v1, name: str, env_secret: str = "hunter2-pa55w0rd") -> None:
 
 
 def restart_events(since) -> list:
-    async def read() -> list:
-        async with get_client() as c:
-            page = await c.read_events(filter=EventFilter(
-                event=EventNameFilter(name=["gpuops.pod.restarted"]),
-                occurred=EventOccurredFilter(since=since)), limit=50)
-            events = list(page.events)
-            while page.next_page:
-                page = await c.read_events_page(page.next_page)
-                events += page.events
-            return events
-    return asyncio.run(read())
+    return stored_events("gpuops.pod.restarted", since)
 
 
 def restart_count(v1, name: str, container: str = "vllm") -> int:

@@ -13,15 +13,12 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 from prefect.client.orchestration import get_client
-from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuops.common.errors import ConfigError
@@ -31,7 +28,7 @@ from gpuops.sensors.emitter import EventSender
 from gpuops.sensors.gpu_sensor import GpuSensor, watcher_settings
 from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.clients.prometheus import Prometheus
-from tests.helpers import wait_for
+from tests.helpers import stored_events, wait_for
 from tests.test_sim_gpu_faults import all_gpu_pods_bound
 
 pytestmark = pytest.mark.timeout(240)
@@ -40,20 +37,6 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 SHAPE = f"8-gpu@{H100}"
 FAST = {"GPUOPS_WATCHER_STRANDED_AFTER_S": "1", "GPUOPS_WATCHER_GPU_SCAN_INTERVAL_S": "0.2",
         "GPUOPS_WATCHER_GPU_IDLE_POLL_S": "600"}
-
-
-def events_named(name: str, since: datetime) -> list:
-    async def read() -> list:
-        async with get_client() as c:
-            page = await c.read_events(filter=EventFilter(
-                event=EventNameFilter(name=[name]), occurred=EventOccurredFilter(since=since)),
-                limit=50)
-            events = list(page.events)
-            while page.next_page:
-                page = await c.read_events_page(page.next_page)
-                events += page.events
-            return events
-    return asyncio.run(read())
 
 
 def h100_job(name: str, gpus: int = 8) -> dict:
@@ -99,7 +82,7 @@ def test_stranded_gpus_are_reported_once_per_episode_across_pod_updates_and_a_re
     try:
         fault = sim.fault("gpu-fragmentation")
         job = fault["job"].split("/")[1]
-        [event] = wait_for(lambda: events_named("gpuops.gpu.stranded", since), timeout=60,
+        [event] = wait_for(lambda: stored_events("gpuops.gpu.stranded", since), timeout=60,
                            message="gpuops.gpu.stranded")
         pod = job_pod(v1, job)
         assert event.resource["prefect.resource.id"] == "k8s.test.cluster._.test"
@@ -126,18 +109,18 @@ def test_stranded_gpus_are_reported_once_per_episode_across_pod_updates_and_a_re
         wait_for(lambda: watcher.gpu.scans >= 10, timeout=30, message="the new watcher's scans")
         assert watcher.gpu.store.stranded is not None and watcher.gpu.store.stranded.reported
         assert watcher.gpu.reported == []
-        assert len(events_named("gpuops.gpu.stranded", since)) == 1
+        assert len(stored_events("gpuops.gpu.stranded", since)) == 1
 
         # The episode ends when the pending pod goes; a new one is a new report.
         batch.delete_namespaced_job(job, "default", propagation_policy="Foreground")
         wait_for(lambda: watcher.gpu.store.stranded is None, timeout=30,
                  message="the episode ended")
         batch.create_namespaced_job("default", h100_job("second-pending"))
-        wait_for(lambda: len(events_named("gpuops.gpu.stranded", since)) == 2, timeout=60,
+        wait_for(lambda: len(stored_events("gpuops.gpu.stranded", since)) == 2, timeout=60,
                  message="the second episode's report")
     finally:
         watcher.stop()
-    first, second = sorted(events_named("gpuops.gpu.stranded", since), key=lambda e: e.occurred)
+    first, second = sorted(stored_events("gpuops.gpu.stranded", since), key=lambda e: e.occurred)
     assert first.payload["episode"] != second.payload["episode"]
     assert list(second.payload["pending_gpu_pods_by_shape"]) == [SHAPE]
 
@@ -176,34 +159,7 @@ def test_no_stranded_report_for_a_capacity_shortage_or_cpu_only_pods(prefect_ser
         assert not watcher.gpu.last.stranded
     finally:
         watcher.stop()
-    assert events_named("gpuops.gpu.stranded", since) == []
-
-
-@pytest.fixture
-def prometheus_scraping(tmp_path: Path) -> Iterator:
-    """A real Prometheus scraping a target every second (started by the test)."""
-    procs = []
-
-    def start(target: str) -> str:
-        root = tmp_path / "prometheus"
-        root.mkdir()
-        (root / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s"},
-            "scrape_configs": [{"job_name": "sim", "static_configs": [{"targets": [target]}]}]}))
-        port = free_port()
-        procs.append(subprocess.Popen(
-            ["prometheus", f"--config.file={root / 'prometheus.yml'}",
-             f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: urllib.request.urlopen(f"{url}/-/ready", timeout=2).status == 200,
-                 timeout=20, message="Prometheus ready")
-        return url
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(10)
+    assert stored_events("gpuops.gpu.stranded", since) == []
 
 
 def test_a_node_whose_allocated_gpus_stay_idle_is_reported_once_after_the_set_time(
@@ -225,7 +181,7 @@ def test_a_node_whose_allocated_gpus_stay_idle_is_reported_once_after_the_set_ti
     busy_nodes = {p.spec.node_name for p in v1.list_namespaced_pod("training").items} - {node}
 
     def reports() -> list:
-        return [e for e in events_named("gpuops.node.gpu-idle", since)
+        return [e for e in stored_events("gpuops.node.gpu-idle", since)
                 if e.resource["prefect.resource.id"] == f"k8s.test.node._.{node}"]
 
     def idle_in_prometheus() -> bool:

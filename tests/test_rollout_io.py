@@ -33,7 +33,6 @@ from gpuops.tasks.rollout.read_objects import (
 from gpuops.tasks.rollout.report import verdict_text
 from gpuops.tasks.rollout.weights import WeightSplit, current_split, weight_patch
 from tests.helpers import wait_for
-from tests.test_gpu_sensor import prometheus_scraping  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -179,7 +178,7 @@ def pods_of(kube: Kube, name: str) -> SeriesSelector:
 
 
 def test_a_bad_version_fails_its_gates_against_the_old_version_and_a_good_one_passes(
-        serving, prometheus_scraping):  # noqa: F811
+        serving, prometheus_scraping):
     serving.version("llama-v1", "vllm/vllm-openai:v0.11.0", replicas=2)
     serving.version("llama-v2", "vllm/vllm-openai:v0.12.0")
     serving.version("llama-v3", "vllm/vllm-openai:v0.12.1")
@@ -241,7 +240,7 @@ def exposition(registry: CollectorRegistry) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def test_an_older_vllms_metric_names_are_read_through_prometheus(prometheus_scraping):  # noqa: F811
+def test_an_older_vllms_metric_names_are_read_through_prometheus(prometheus_scraping):
     """A vLLM V1 engine from before the renames (0.8): gpu_cache_usage_perc,
     time_per_output_token_seconds, gpu_prefix_cache_* counters, on its own /metrics."""
     registry = CollectorRegistry()

@@ -20,7 +20,6 @@ import pytest
 from kubernetes import client
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType
-from prefect.events.filters import EventFilter, EventNameFilter, EventOccurredFilter
 
 from gpuops.bench.credential_corpus import credentials
 from gpuops.blocks.connections import KubernetesCluster, SlackConnection
@@ -29,7 +28,7 @@ from gpuops.flows.restart_diagnostics import restart_diagnostics
 from gpuops.sensors.cluster_watcher import ClusterWatcher
 from gpuops.sensors.pod_secrets import PodSecretReader, referenced_secrets
 from gpuops.tasks.clients.kube import Kube
-from tests.helpers import wait_for
+from tests.helpers import stored_events, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -64,17 +63,8 @@ def crashing_pod(name: str, args: list[str], **container: object) -> dict:
 
 
 def stored_restart_events(since: datetime, cluster: str) -> list:
-    async def read() -> list:
-        async with get_client() as c:
-            page = await c.read_events(filter=EventFilter(
-                event=EventNameFilter(name=["gpuops.pod.restarted"]),
-                occurred=EventOccurredFilter(since=since)), limit=50)
-            events = list(page.events)
-            while page.next_page:
-                page = await c.read_events_page(page.next_page)
-                events += page.events
-            return [e for e in events if e.payload.get("cluster") == cluster]
-    return asyncio.run(read())
+    return [e for e in stored_events("gpuops.pod.restarted", since)
+            if e.payload.get("cluster") == cluster]
 
 
 def artifacts_text() -> str:
