@@ -356,13 +356,20 @@ def test_a_drain_a_disruption_budget_blocks_keeps_the_node_and_undoes_the_cordon
     _, empty = busy_l4(env)
     publish_plan(env)
     env.deployment_on("web", empty)
-    client.PolicyV1Api(env.sim.api).create_namespaced_pod_disruption_budget("default", {
-        "metadata": {"name": "web"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}})
     [web] = env.pods_on(empty)
     instance = env.instance_of(empty)
 
     run = ConsolidateThread(idle_for_s=0, **_blocks(env))
+    # The budget comes while the approval waits: the plan had room to move web, the drain
+    # no longer has (a budget there at planning time keeps the node: test_gpu_consolidate).
+    wait_for(lambda: any(m.get("blocks") for m in slack_fake.messages()), timeout=60,
+             message="the approval request in Slack")
+    policy = client.PolicyV1Api(env.sim.api)
+    policy.create_namespaced_pod_disruption_budget("default", {
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}})
+    wait_for(lambda: policy.read_namespaced_pod_disruption_budget(
+        "web", "default").status.expected_pods == 1, message="the budget's status")
     approve(slack_fake)
     state = run.result()
     assert state.is_completed(), state.message

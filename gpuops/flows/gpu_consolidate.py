@@ -1,4 +1,4 @@
-"""Consolidate idle GPU nodes: remove the nodes nobody uses, with approval.
+"""Consolidate GPU nodes: remove the nodes nobody needs, moving their pods, with approval.
 
 Started by the watcher's `gpuops.node.gpu-idle` and on a schedule. Each run:
 1. settles what an earlier run left mid-removal (`scale_in.settle_leftovers`: gpuops' own
@@ -7,14 +7,18 @@ Started by the watcher's `gpuops.node.gpu-idle` and on a schedule. Each run:
    what the capacity pre-warm plan holds for it — the `target` column of the latest
    `capacity-targets` artifact the pre-warm flow publishes, the most nodes it wants over its
    next lead-time window; a pool without a plan younger than `plan_max_age_s` is held whole;
-3. records on each node without GPU pods since when it has none (`gpuops.io/gpu-unused-since`;
-   cleared when it is used again), so the idle threshold holds across runs;
-4. chooses (`tasks/rebalance/consolidation.py`): nodes without GPU pods for `idle_for_s`
-   whose other pods (if any) may move and fit elsewhere by the planner's placement, never one
-   the plan holds, never below a pool's minimum;
-5. asks for approval (which nodes, what moves, $/h saved when the pool has a price), then
-   removes each through `scale_in.remove_node`: cordon, drain through the Eviction API,
-   terminate *that* instance with desired capacity decremented in the same call.
+3. records on each node whose GPUs are spare (no GPU pod, or only GPU pods that may move and
+   fit elsewhere) since when they are (`gpuops.io/gpu-unused-since`; cleared when they are
+   needed again), so the idle threshold holds across runs;
+4. chooses (`tasks/rebalance/consolidation.py`): nodes spare for `idle_for_s` whose pods
+   may all move (controller, opt-outs, PodDisruptionBudgets over the whole run) and each
+   have a place on a node that stays by the planner's placement, never one the plan holds,
+   never below a pool's minimum;
+5. asks for approval (which nodes go, which pods move where, GPU-hours and $/h saved), then
+   cordons every chosen node first (so pods drained from one never land on the next) and
+   removes each through `scale_in.remove_node`: drain through the Eviction API, wait until
+   the moved pods' replacements are bound elsewhere, terminate *that* instance with desired
+   capacity decremented in the same call. A removal that cannot finish is undone.
 Dry-run reports the choice and changes nothing (no record, no approval, no change).
 """
 
@@ -37,7 +41,13 @@ from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.events import event_name
 from gpuops.tasks.actions.perform import recording_actions
 from gpuops.tasks.actions.removable import node_loads
-from gpuops.tasks.actions.scale_in import remove_node, settle_leftovers
+from gpuops.tasks.actions.scale_in import (
+    Removal,
+    claim_node,
+    remove_node,
+    settle_leftovers,
+    undo_removal,
+)
 from gpuops.tasks.approvals.block_kit import ApprovalRequest
 from gpuops.tasks.approvals.request import not_approved_message, request_approval
 from gpuops.tasks.clients.aws import Aws
@@ -50,8 +60,9 @@ from gpuops.tasks.rebalance.consolidation import (
     choose,
     held_by_plan,
     parse_since,
+    spare_nodes,
 )
-from gpuops.tasks.rebalance.from_kube import cluster_view
+from gpuops.tasks.rebalance.from_kube import ClusterView, cluster_view
 from gpuops.tasks.rebalance.reading import run_is_active
 
 GPU_IDLE = event_name("node", "gpu-idle")
@@ -91,20 +102,21 @@ def read_pools(config: CapacityConfig, kube: Kube, aws: Aws, eks_cluster: str,
 
 
 def record_unused(kube: Kube, pools: list[PoolView], pods: list[dict[str, Any]],
-                  now: datetime) -> list[PoolView]:
-    """Mark nodes without GPU pods with the time first seen so, unmark the others; the
-    views re-read."""
+                  view: ClusterView, now: datetime) -> list[PoolView]:
+    """Mark the nodes whose GPUs are spare with the time first seen so, unmark the others;
+    the views re-read."""
     stamp = now.isoformat()
-    for pool in pools:
-        for load in node_loads(list(pool.nodes), pods):
-            node = next(n for n in pool.nodes if n["metadata"]["name"] == load.node)
-            recorded = (node["metadata"].get("annotations") or {}).get(GPU_UNUSED_SINCE)
-            if not load.gpu_pods and parse_since(recorded) is None:
-                kube.merge_patch_node(load.node, {"metadata": {"annotations": {
-                    GPU_UNUSED_SINCE: stamp}}})
-            elif load.gpu_pods and recorded:
-                kube.merge_patch_node(load.node, {"metadata": {"annotations": {
-                    GPU_UNUSED_SINCE: None}}})
+    nodes = [n for p in pools for n in p.nodes]
+    spare = spare_nodes(view, nodes, pods)
+    for node in nodes:
+        name = node["metadata"]["name"]
+        recorded = (node["metadata"].get("annotations") or {}).get(GPU_UNUSED_SINCE)
+        if name in spare and parse_since(recorded) is None:
+            kube.merge_patch_node(name, {"metadata": {"annotations": {
+                GPU_UNUSED_SINCE: stamp}}})
+        elif name not in spare and recorded:
+            kube.merge_patch_node(name, {"metadata": {"annotations": {
+                GPU_UNUSED_SINCE: None}}})
     return [PoolView(p.name, p.desired, p.floor, p.held, p.price_per_hour,
                      tuple(kube.get_node(n["metadata"]["name"]) for n in p.nodes))
             for p in pools]
@@ -113,11 +125,35 @@ def record_unused(kube: Kube, pools: list[PoolView], pods: list[dict[str, Any]],
 def _rows(chosen: list[Candidate], kept: list[Kept], dry_run: bool) -> list[dict[str, Any]]:
     verb = "would remove" if dry_run else "remove"
     return ([{"node": c.node, "pool": c.pool, "decision": verb,
-              "why": f"no GPU pod since {c.unused_since:%Y-%m-%d %H:%M:%S} UTC; moves "
-                     + (", ".join(c.moves) or "nothing"),
-              "usd_per_hour_saved": c.price_per_hour} for c in chosen]
+              "why": f"GPUs spare since {c.unused_since:%Y-%m-%d %H:%M:%S} UTC; moves "
+                     + c.describe_moves(),
+              "usd_per_hour_saved": c.price_per_hour, "gpus": c.gpus} for c in chosen]
             + [{"node": k.node, "pool": k.pool, "decision": "keep", "why": k.why,
-                "usd_per_hour_saved": 0.0} for k in kept])
+                "usd_per_hour_saved": 0.0, "gpus": 0} for k in kept])
+
+
+def approval_request(chosen: list[Candidate], *, idle_for_s: float, source: str
+                     ) -> ApprovalRequest:
+    """What the approver sees: which node goes, which pod moves where, what it saves."""
+    saved = sum(c.price_per_hour for c in chosen)
+    gpus = sum(c.gpus for c in chosen)
+    moved = sum(len(c.moves) for c in chosen)
+    hours = f"{gpus} GPU-hours saved per hour" if gpus else ""
+    return ApprovalRequest(
+        title=f"GPU consolidation: remove {len(chosen)} node(s)"
+              + (f", move {moved} pod(s)" if moved else ""),
+        summary="\n".join(f"• {c.node} (pool {c.pool}, {c.gpus} GPU(s)) goes; moves "
+                          f"{c.describe_moves()}; GPUs spare since {c.unused_since:%H:%M} UTC"
+                          for c in chosen),
+        reason=f"Their GPUs have been spare for at least {idle_for_s:.0f}s and every pod on "
+               f"them has a place on a node that stays; the capacity plan does not hold "
+               f"them ({source}).",
+        plan=f"cordon {', '.join(c.node for c in chosen)}; then for each: drain through the "
+             "Eviction API, wait for the moved pods' replacements on other nodes, terminate "
+             "its instance with its group's desired capacity decremented",
+        cost_impact=", ".join(x for x in (f"-{saved:,.2f} $/h" if saved else "", hours) if x)
+        or None,
+        targets=tuple(f"node/{c.node}" for c in chosen))
 
 
 @flow(name="gpu-consolidate", log_prints=True)
@@ -126,11 +162,11 @@ async def gpu_consolidate(dry_run: bool = False, idle_for_s: float = 1800.0,
                           aws_block: str = "", cluster_block: str = "", slack_block: str = "",
                           policy_block: str = "", event_id: str = "",
                           now: datetime | None = None):
-    """Remove GPU nodes nobody uses (see the module docstring).
+    """Remove GPU nodes nobody needs, moving their pods (see the module docstring).
 
     Args:
         dry_run: Report what would be removed; change nothing.
-        idle_for_s: How long a node must have been unused before it is removed.
+        idle_for_s: How long a node's GPUs must have been spare before it is removed.
         plan_max_age_s: The oldest capacity plan still read (older: every pool held).
         config_block: The CapacityConfig Block naming the pools (empty: its defaults).
         aws_block: The AwsConnection Block.
@@ -166,16 +202,16 @@ async def gpu_consolidate(dry_run: bool = False, idle_for_s: float = 1800.0,
         log.info("capacity plan: %s", source)
         pools = await asyncio.to_thread(read_pools, config, kube, aws, eks_cluster, held)
         pods = await asyncio.to_thread(kube.list_pods)
-        if not dry_run:
-            pools = await asyncio.to_thread(record_unused, kube, pools, pods, now)
         view = cluster_view(await asyncio.to_thread(kube.list_nodes), pods,
                             await asyncio.to_thread(kube.list_pdbs))
+        if not dry_run:
+            pools = await asyncio.to_thread(record_unused, kube, pools, pods, view, now)
         chosen, kept = choose(pools, pods, now=now, idle_for=timedelta(seconds=idle_for_s),
                               view=view)
         await acreate_table_artifact(
             table=_rows(chosen, kept, dry_run) or [{"node": "-", "pool": "-",
                                                     "decision": "-", "why": "no pool node",
-                                                    "usd_per_hour_saved": 0.0}],
+                                                    "usd_per_hour_saved": 0.0, "gpus": 0}],
             key="gpu-consolidation", description=f"GPU consolidation ({source})")
         summary: dict[str, Any] = {"dry_run": dry_run, "chosen": [c.node for c in chosen],
                                    "kept": {k.node: k.why for k in kept}, "plan": source,
@@ -186,32 +222,64 @@ async def gpu_consolidate(dry_run: bool = False, idle_for_s: float = 1800.0,
                                  f"{k.node}: {k.why}" for k in kept) if kept else
                              "no node to remove: no pool node")
         saved = sum(c.price_per_hour for c in chosen)
+        summary["moves"] = {c.node: {m.pod: m.to_node for m in c.moves} for c in chosen}
         if not dry_run:
-            approval = await request_approval(ApprovalRequest(
-                title=f"GPU consolidation: remove {len(chosen)} idle node(s)",
-                summary="\n".join(f"• {c.node} (pool {c.pool}): moves "
-                                  f"{', '.join(c.moves) or 'nothing'}; no GPU pod since "
-                                  f"{c.unused_since:%H:%M} UTC" for c in chosen),
-                reason=f"No GPU in use for at least {idle_for_s:.0f}s; the capacity plan "
-                       f"does not hold them ({source}).",
-                plan="\n".join(f"cordon, drain, terminate {c.node}'s instance with its "
-                               f"group's desired capacity decremented" for c in chosen),
-                cost_impact=f"-{saved:,.2f} $/h" if saved else None,
-                targets=tuple(f"node/{c.node}" for c in chosen)),
+            approval = await request_approval(
+                approval_request(chosen, idle_for_s=idle_for_s, source=source),
                 policy=await load_block(ApprovalPolicy, policy_block),
                 slack_conn=await load_block(SlackConnection, slack_block))
             if not approval.approved:
                 return Completed(name="NotApproved", data=summary,
                                  message=not_approved_message(approval))
-        floors = {p.name: p.floor for p in pools}
-        removals = []
-        for c in chosen:
-            removal = await remove_node(kube, aws, c.node, pool=c.pool, floor=floors[c.pool],
-                                        dry_run=dry_run, run_id=run_id)
-            removals.append(removal)
+            changed = changed_since_approval(chosen, await asyncio.to_thread(kube.list_pods))
+            if changed:
+                return Completed(name="Diverged", data={**summary, "diverged": changed},
+                                 message="stopped before changing anything, the cluster "
+                                 "changed since the approval: " + "; ".join(changed))
+        removals = await remove_chosen(kube, aws, chosen, {p.name: p.floor for p in pools},
+                                       dry_run=dry_run, run_id=run_id)
+        for removal in removals:
             log.info("%s", removal.describe())
         summary["removed"] = [r.node for r in removals if r.outcome == "removed"]
         summary["outcomes"] = {r.node: r.outcome for r in removals}
         return Completed(data=summary, message="; ".join(r.describe() for r in removals)
                          + (f" (-{saved:,.2f} $/h)" if saved and not dry_run else ""))
 
+
+def changed_since_approval(chosen: list[Candidate], pods: list[dict[str, Any]]) -> list[str]:
+    """The approved nodes whose drain would now move other pods than the approval showed
+    (a pod arrived or left meanwhile): the approval was for another plan."""
+    nodes = [{"metadata": {"name": c.node}} for c in chosen]
+    now = {load.node: set(load.gpu_pods + load.other_pods) for load in node_loads(nodes, pods)}
+    changed = []
+    for c in chosen:
+        approved = {m.pod for m in c.moves}
+        if now[c.node] != approved:
+            came, went = sorted(now[c.node] - approved), sorted(approved - now[c.node])
+            changed.append(f"node {c.node}: " + "; ".join(
+                x for x in (f"now also runs {', '.join(came)}" if came else "",
+                            f"no longer runs {', '.join(went)}" if went else "") if x))
+    return changed
+
+
+async def remove_chosen(kube: Kube, aws: Aws, chosen: list[Candidate], floors: dict[str, int],
+                        *, dry_run: bool, run_id: str) -> list[Removal]:
+    """Claim (record and cordon) every chosen node, then remove them one by one; a claimed
+    node whose removal never started (a step failed before it) is given back."""
+    claimed: dict[str, bool] = {}
+    removals: list[Removal] = []
+    try:
+        if not dry_run:
+            for c in chosen:
+                claimed[c.node] = await claim_node(kube, c.node, run_id=run_id,
+                                                   dry_run=False)
+        for c in chosen:
+            removals.append(await remove_node(kube, aws, c.node, pool=c.pool,
+                                              floor=floors[c.pool], dry_run=dry_run,
+                                              run_id=run_id, await_replacements=True))
+    finally:
+        started = {r.node for r in removals}
+        for node, by_us in claimed.items():
+            if node not in started:
+                await undo_removal(kube, node, run_id, cordoned_by_gpuops=by_us)
+    return removals

@@ -9,15 +9,18 @@ way this module does, and so does gpuops (capacity pre-warm's scale-in and conso
    makes the cordon, an expiry) — before changing anything, so a crash is visible;
 2. cordon it (nothing new lands there);
 3. drain it through the Eviction API (PodDisruptionBudgets honoured; DaemonSet and mirror
-   pods stay, as `kubectl drain` leaves them) and wait until the evicted pods are gone;
+   pods stay, as `kubectl drain` leaves them) and wait until the evicted pods are gone —
+   and, when the caller moves pods that must keep running (consolidation), until each has
+   a replacement bound to another node;
 4. terminate that node's instance (its providerID) and lower the group's desired capacity in
    the same call (`TerminateInstanceInAutoScalingGroup`, `ShouldDecrementDesiredCapacity`),
    on the group behind an EKS managed node group too — never below the pool's minimum.
 
-A drain a budget blocks, or one that does not finish in time, is undone (gpuops' own cordon
-taken back, the record removed): the node stays and serves. A run that crashed mid-way
-leaves the record: `settle_leftovers` in the next run undoes it, after which the run chooses
-afresh (and removes the node then if it is still the one to remove).
+A drain a budget blocks, or one that does not finish (or whose pods find no other node) in
+time, is undone (gpuops' own cordon taken back, the record removed): the node stays and
+serves. A run that crashed mid-way leaves the record: `settle_leftovers` in the next run
+undoes it, after which the run chooses afresh (and removes the node then if it is still the
+one to remove).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from gpuops.common.annotations import (
 from gpuops.common.errors import KubeNotFound, KubeTooManyRequests, LimitViolation
 from gpuops.common.events import k8s_resource
 from gpuops.common.podfacts import is_daemonset_pod, is_mirror_pod
-from gpuops.tasks.actions.drain import plan_drain
+from gpuops.tasks.actions.drain import plan_drain, unreplaced
 from gpuops.tasks.actions.kube import CordonNode, EvictPod, UncordonNode
 from gpuops.tasks.actions.nodepools import pool_resource, pool_target
 from gpuops.tasks.actions.perform import SafeAction, hold_targets, perform
@@ -173,7 +176,7 @@ class Removal:
 
     node: str
     instance: str
-    outcome: str  # removed | would-remove | blocked | not-drained | below-minimum
+    outcome: str  # removed | would-remove | blocked | not-drained | not-replaced | below-minimum
     detail: str = ""
     evicted: list[str] = field(default_factory=list)
 
@@ -184,6 +187,7 @@ class Removal:
     def describe(self) -> str:
         verbs = {"removed": "removed", "would-remove": "would remove",
                  "blocked": "kept (drain blocked)", "not-drained": "kept (drain unfinished)",
+                 "not-replaced": "kept (moved pods found no other node)",
                  "below-minimum": "kept (pool at its minimum)"}
         text = f"node {self.node} ({self.instance}): {verbs.get(self.outcome, self.outcome)}"
         return f"{text}: {self.detail}" if self.detail else text
@@ -193,33 +197,54 @@ def _current_run_id() -> str:
     return str(runtime_flow_run.id or "no-flow-run")
 
 
+async def claim_node(kube: Kube, node: str, *, run_id: str, dry_run: bool,
+                     drain_timeout_s: float = 300) -> bool:
+    """Steps 1 and 2: record this run's removal on `node`, then cordon it. Returns whether
+    the cordon is gpuops' own (taken back if the removal is undone). Calling it again in the
+    same run changes nothing: a run that removes several nodes claims them all first, so
+    pods drained from one never land on the next."""
+    current = await asyncio.to_thread(kube.get_node, node)
+    annotations = current["metadata"].get("annotations") or {}
+    cordoned = bool((current.get("spec") or {}).get("unschedulable"))
+    ours = annotations.get(SCALE_IN_RUN) == run_id
+    by_us = annotations.get(SCALE_IN_CORDONED) == "true" if ours else not cordoned
+    expires = _fmt(datetime.now(UTC) + timedelta(seconds=drain_timeout_s + 600))
+    await perform(MarkForRemoval(kube, node, run_id, by_us, expires), dry_run=dry_run)
+    await perform(CordonNode(kube, node), dry_run=dry_run)
+    return by_us
+
+
 async def remove_node(kube: Kube, aws: Aws, node: str, *, pool: str, floor: int,
                       dry_run: bool, run_id: str | None = None, drain_timeout_s: float = 300,
-                      eviction_attempts: int = 3) -> Removal:
+                      eviction_attempts: int = 3, await_replacements: bool = False,
+                      replace_timeout_s: float = 300) -> Removal:
     """Cordon, drain and terminate `node` with decrement (see the module docstring), holding
-    the node's and the pool's slots for the whole sequence. Dry-run changes nothing and
-    says what would be done."""
+    the node's and the pool's slots for the whole sequence. With `await_replacements` the
+    instance is terminated only once every evicted pod's controller has a replacement bound
+    to another node (consolidation moves pods that must keep running); otherwise the removal
+    is undone and the node serves again. Dry-run changes nothing and says what would be
+    done."""
     run_id = run_id or _current_run_id()
     current = await asyncio.to_thread(kube.get_node, node)
     instance = instance_id(current)
+    claimed = (current["metadata"].get("annotations") or {}).get(SCALE_IN_RUN) == run_id
     group = await asyncio.to_thread(aws.instance_group, instance)
     if group is None:
         return Removal(node, instance, "removed", "its instance already left its group")
     try:
         await asyncio.to_thread(check_floor, aws, group, floor, node)
     except LimitViolation as e:
+        if claimed and not dry_run:  # claimed ahead by this run: give it back
+            await undo_removal(kube, node, run_id, cordoned_by_gpuops=(
+                current["metadata"].get("annotations") or {}).get(SCALE_IN_CORDONED) == "true")
         return Removal(node, instance, "below-minimum", str(e))
     async with AsyncExitStack() as stack:
         if not dry_run:
             await stack.enter_async_context(hold_targets([f"node/{node}",
                                                           pool_target(pool)]))
-        annotations = current["metadata"].get("annotations") or {}
-        ours = annotations.get(SCALE_IN_RUN) == run_id
-        cordoned = bool((current.get("spec") or {}).get("unschedulable"))
-        by_us = annotations.get(SCALE_IN_CORDONED) == "true" if ours else not cordoned
-        expires = _fmt(datetime.now(UTC) + timedelta(seconds=drain_timeout_s + 600))
-        await perform(MarkForRemoval(kube, node, run_id, by_us, expires), dry_run=dry_run)
-        await perform(CordonNode(kube, node), dry_run=dry_run)
+        by_us = await claim_node(kube, node, run_id=run_id, dry_run=dry_run,
+                                 drain_timeout_s=drain_timeout_s)
+        before = await asyncio.to_thread(kube.list_pods) if await_replacements else []
         pods = await asyncio.to_thread(kube.list_pods, field_selector=f"spec.nodeName={node}")
         plan = plan_drain(node, pods)
         evicted, blocked = [], []
@@ -243,6 +268,15 @@ async def remove_node(kube: Kube, aws: Aws, node: str, *, pool: str, floor: int,
             return Removal(node, instance, "not-drained",
                            f"still running after {drain_timeout_s:.0f}s: " + ", ".join(left),
                            evicted)
+        if await_replacements:
+            gone = [p for p in pods if f"{p['metadata']['namespace']}/"
+                    f"{p['metadata']['name']}" in evicted]
+            missing = await _wait_replaced(kube, node, gone, before, replace_timeout_s)
+            if missing:
+                await undo_removal(kube, node, run_id, cordoned_by_gpuops=by_us)
+                return Removal(node, instance, "not-replaced",
+                               f"after {replace_timeout_s:.0f}s still no "
+                               + "; ".join(missing), evicted)
         try:
             await perform(TerminateNodeInstance(aws, node, instance, pool, floor,
                                                 kube.cluster_name), dry_run=False,
@@ -251,6 +285,18 @@ async def remove_node(kube: Kube, aws: Aws, node: str, *, pool: str, floor: int,
             await undo_removal(kube, node, run_id, cordoned_by_gpuops=by_us)
             return Removal(node, instance, "below-minimum", str(e), evicted)
     return Removal(node, instance, "removed", "", evicted)
+
+
+async def _wait_replaced(kube: Kube, node: str, evicted: list[Obj], before: list[Obj],
+                         timeout_s: float) -> list[str]:
+    """Wait until each evicted pod has a replacement bound elsewhere; returns what is
+    still missing (`drain.unreplaced`)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        missing = unreplaced(evicted, before, await asyncio.to_thread(kube.list_pods), node)
+        if not missing or time.monotonic() >= deadline:
+            return missing
+        await asyncio.sleep(1.0)
 
 
 async def _wait_drained(kube: Kube, node: str, timeout_s: float) -> list[str]:

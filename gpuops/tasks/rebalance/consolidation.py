@@ -1,24 +1,36 @@
-"""Which idle GPU nodes consolidation removes, and which it keeps and why (pure).
+"""Which GPU nodes consolidation removes, where their pods go, and which nodes stay and why
+(pure).
 
 A node is removed only when all of these hold:
-- no GPU pod runs on it, and the other pods a drain would move (if any) may move (a
-  controller recreates them, no opt-out annotation: `constraints.why_unmovable`) and fit on
-  the other schedulable nodes, placed one by one as kube-scheduler's default scoring would
-  (`placement.Placer`, the planner's prediction; nodes removed in the same run excluded).
-  DaemonSet pods and capacity placeholders do not count: they leave with the node;
-- it has been so for at least `idle_for` (the time recorded on the node when a run first saw
-  it unused, `gpuops.io/gpu-unused-since`);
+- every pod a drain would move (GPU pods included; DaemonSet pods and capacity placeholders
+  leave with the node) may move — a controller recreates it, no opt-out annotation, no local
+  storage (`constraints.why_unmovable`) — and the run's PodDisruptionBudgets allow that many
+  disruptions, counted over every node the run removes;
+- each of those pods has a place on a node that stays, placed one at a time, largest first,
+  as kube-scheduler's default scoring would (`placement.Placer`, the planner's prediction),
+  in the room left once the Pending GPU pods are placed (they are ahead in the scheduler's
+  queue: consolidation never takes their room), honouring node selectors, required
+  affinity, taints, cordons and GPU models (`constraints.admits`). Placements add up over
+  the run: a node the run removes takes no moved pod, and a node that takes moved pods is
+  not removed in the same run (it stays, by plan);
+- no Pending GPU pod would land on it (it is wanted);
+- its GPUs have been spare (no GPU pod, or only GPU pods that may move and fit elsewhere)
+  for at least `idle_for` — the time recorded on the node when a run first saw it so,
+  `gpuops.io/gpu-unused-since`;
 - it is not cordoned by someone else (a person's cordon means maintenance, not removal);
 - its pool keeps at least what the capacity pre-warm plan holds for its next lead-time
   window (the `target` of the latest `capacity-targets` artifact), and never goes below
   the pool's minimum (the configured one and the AWS group's).
 
-Pools without a readable plan are held whole: removing a node the plan wants warm would cost
-the lead time to get it back. Emptiest and newest nodes go first (`removable.node_loads`).
+Priorities: a moved pod only takes free room (after the Pending pods), so no pod is evicted
+to make room for it. Pools without a readable plan are held whole: removing a node the plan
+wants warm would cost the lead time to get it back. Emptiest and newest nodes are judged first
+(`removable.node_loads`), over all pools at once, so empty nodes go before any pod moves.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,9 +39,10 @@ from typing import Any
 import numpy as np
 
 from gpuops.common.annotations import SCALE_IN_RUN
-from gpuops.tasks.actions.removable import node_loads
+from gpuops.tasks.actions.removable import NodeLoad, node_loads
 from gpuops.tasks.rebalance.constraints import why_unmovable
 from gpuops.tasks.rebalance.from_kube import ClusterView
+from gpuops.tasks.rebalance.model import MILLI, Pod
 from gpuops.tasks.rebalance.placement import Placer
 from gpuops.tasks.rebalance.state import PackState
 
@@ -48,12 +61,29 @@ class PoolView:
 
 
 @dataclass(frozen=True)
+class Move:
+    """A pod the drain evicts and the node the plan expects its replacement on."""
+
+    pod: str  # namespace/name
+    to_node: str
+    gpus_milli: int = 0
+
+    def describe(self) -> str:
+        gpus = f" ({self.gpus_milli / MILLI:g} GPU)" if self.gpus_milli else ""
+        return f"{self.pod}{gpus} → {self.to_node}"
+
+
+@dataclass(frozen=True)
 class Candidate:
     node: str
     pool: str
     unused_since: datetime
     price_per_hour: float
-    moves: tuple[str, ...] = ()  # ns/name of the pods the drain moves elsewhere
+    moves: tuple[Move, ...] = ()
+    gpus: int = 0  # the node's GPUs: the GPU-hours saved per hour it is gone
+
+    def describe_moves(self) -> str:
+        return ", ".join(m.describe() for m in self.moves) or "nothing"
 
 
 @dataclass(frozen=True)
@@ -77,66 +107,160 @@ def unused_since(node: Obj, now: datetime) -> datetime:
     return parse_since(annotations.get(GPU_UNUSED_SINCE)) or now
 
 
-def fits_elsewhere(view: ClusterView, node: str, excluded: Iterable[str]) -> str | None:
-    """None when every pod on `node` but DaemonSet pods may move and fits on another node
-    (not `excluded`, not cordoned), placed one at a time, largest first, by kube-scheduler's
-    default scoring; else why not."""
-    state, pods = PackState.from_cluster(view.cluster)
-    mask = np.array([n not in {node, *excluded} for n in state.node_names], dtype=bool)
-    moving = [i for i, pod in enumerate(view.cluster.running)
-              if pod.node == node and pod.owner_kind != "DaemonSet"]
-    for i in moving:
-        why = why_unmovable(pods[i])
+class DrainPlanner:
+    """Where the pods of each node a run removes go, node after node on one picture of the
+    cluster (see the module docstring). `refusal` says why a node's pods cannot go without
+    placing anything; `place` places them and, with `commit`, keeps the placements (the
+    node then leaves, its pods' destinations stay)."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+        self.state, self.pods = PackState.from_cluster(view.cluster)
+        self.row = {p.key: i for i, p in enumerate(self.pods)}
+        self.budget = {b.name: b.disruptions_allowed for b in view.cluster.pdbs}
+        self.leaving: list[str] = []
+        self.receiving: dict[str, list[str]] = {}  # node -> the nodes whose pods it takes
+        self.wanted = self._place_pending()
+
+    def _place_pending(self) -> dict[str, list[str]]:
+        """Bind the Pending GPU pods where the scheduler would, highest priority first (its
+        queue's order); node -> the pending pods it would take."""
+        placer = Placer(self.state, "default")
+        first = len(self.view.cluster.running)
+        wanted: dict[str, list[str]] = {}
+        for i in sorted(range(first, len(self.pods)), key=lambda i: (
+                -self.pods[i].priority, -self.pods[i].gpu_total_milli, self.pods[i].key)):
+            choice = placer.choose(i)
+            if choice is not None:
+                self.state.bind(i, *choice)
+                wanted.setdefault(self.state.node_names[choice[0]], []).append(self.pods[i].key)
+        return wanted
+
+    def refusal(self, node: str, keys: Sequence[str]) -> str | None:
+        """Why `node` may not be emptied of the pods `keys` whatever the room (None: it may)."""
+        for key in keys:
+            if key not in self.row:
+                skipped = self.view.skipped.get(key, "not a running pod of the model")
+                return f"{key} cannot be placed by the planner ({skipped})"
+            why = why_unmovable(self.pods[self.row[key]])
+            if why:
+                return f"{key} may not move: {why}"
+        for pdb, need in sorted(self._disruptions(keys).items()):
+            allowed = self.budget.get(pdb, 0)
+            if need > allowed:
+                return (f"PodDisruptionBudget {pdb} allows {allowed} more disruption(s) in "
+                        f"this run, the drain needs {need}")
+        if node in self.wanted:
+            return f"pending pod(s) {', '.join(self.wanted[node])} would be scheduled here"
+        if node in self.receiving:
+            return (f"takes pods moved from {', '.join(self.receiving[node])} in this run, "
+                    "so it stays")
+        return None
+
+    def place(self, node: str, keys: Sequence[str], *, commit: bool = True
+              ) -> tuple[Move, ...] | str:
+        """The moves that empty `node` of `keys` onto nodes that stay, or why there are none
+        (nothing kept then)."""
+        why = self.refusal(node, keys)
         if why:
-            return f"{pods[i].key} may not move: {why}"
-    for i in moving:
-        state.unbind(i)
-    placer = Placer(state, "default")
-    for i in sorted(moving, key=lambda i: (-pods[i].gpu_total_milli, -pods[i].cpu_milli,
-                                           pods[i].key)):
-        if not placer.place(i, mask):
-            return f"{pods[i].key} fits on no other node"
-    return None
+            return why
+        trial = self.state.copy()
+        rows = [self.row[k] for k in keys]
+        for i in rows:
+            trial.unbind(i)
+        gone = {node, *self.leaving}
+        mask = np.array([n not in gone for n in trial.node_names], dtype=bool)
+        placer = Placer(trial, "default")
+        moves = []
+        for i in sorted(rows, key=lambda i: _size(self.pods[i])):
+            choice = placer.choose(i, mask)
+            if choice is None:
+                return f"{self.pods[i].key} fits on no node that stays"
+            trial.bind(i, *choice)
+            moves.append(Move(self.pods[i].key, trial.node_names[choice[0]],
+                              self.pods[i].gpu_total_milli))
+        if commit:
+            self.state = trial
+            self.leaving.append(node)
+            for pdb, need in self._disruptions(keys).items():
+                self.budget[pdb] -= need
+            for m in moves:
+                sources = self.receiving.setdefault(m.to_node, [])
+                if node not in sources:
+                    sources.append(node)
+        return tuple(sorted(moves, key=lambda m: m.pod))
+
+    def _disruptions(self, keys: Iterable[str]) -> Counter[str]:
+        return Counter(pdb for k in keys if (pdb := self.pods[self.row[k]].pdb))
+
+
+def _size(pod: Pod) -> tuple[int, int, int, str]:
+    return (-pod.gpu_total_milli, -pod.cpu_milli, -pod.memory_mib, pod.key)
+
+
+def _moving(load: NodeLoad) -> tuple[str, ...]:
+    return load.gpu_pods + load.other_pods
+
+
+def spare_nodes(view: ClusterView, nodes: Sequence[Obj], pods: Iterable[Obj]) -> set[str]:
+    """The nodes whose GPUs are spare now: no GPU pod a drain would move, or only pods that
+    may move and would each node alone fit elsewhere (the idle clock runs for them)."""
+    planner = DrainPlanner(view)
+    return {load.node for load in node_loads(nodes, pods)
+            if not load.gpu_pods or not isinstance(
+                planner.place(load.node, _moving(load), commit=False), str)}
 
 
 def choose(pools: Sequence[PoolView], pods: Iterable[Obj], *, now: datetime,
            idle_for: timedelta, view: ClusterView | None = None
            ) -> tuple[list[Candidate], list[Kept]]:
-    """The nodes to remove and the pool nodes kept, each with its reason. Without `view`
-    (the planner's model of the whole cluster) only nodes running nothing are removed."""
+    """The nodes to remove (each with its moves) and the pool nodes kept, each with its
+    reason. Without `view` (the planner's model of the whole cluster) only nodes running
+    nothing are removed."""
     pods = list(pods)
+    planner = DrainPlanner(view) if view is not None else None
+    pool_of = {n["metadata"]["name"]: pool for pool in pools for n in pool.nodes}
+    by_name = {n["metadata"]["name"]: n for pool in pools for n in pool.nodes}
+    keep = {p.name: max(p.floor, p.held if p.held is not None else p.desired) for p in pools}
+    room = {p.name: p.desired - keep[p.name] for p in pools}
+    gpus = {} if view is None else {n.name: n.gpus for n in view.cluster.nodes}
     chosen: list[Candidate] = []
     kept: list[Kept] = []
-    for pool in pools:
-        keep = max(pool.floor, pool.held if pool.held is not None else pool.desired)
-        room = pool.desired - keep
-        by_name = {n["metadata"]["name"]: n for n in pool.nodes}
-        for load in node_loads(list(pool.nodes), pods):
-            node = by_name[load.node]
-            annotations = node["metadata"].get("annotations") or {}
-            since = unused_since(node, now)
-            unfit = None
-            if load.other_pods and not load.gpu_pods:
-                unfit = ("no cluster model to place them" if view is None else
-                         fits_elsewhere(view, load.node, [c.node for c in chosen]))
-            if load.gpu_pods:
-                why = "runs GPU pods: " + ", ".join(load.gpu_pods)
-            elif unfit:
-                why = f"runs pods a drain would move ({', '.join(load.other_pods)}): {unfit}"
-            elif load.cordoned and not annotations.get(SCALE_IN_RUN):
-                why = "cordoned by someone else"
-            elif now - since < idle_for:
-                why = (f"unused for {(now - since).total_seconds():.0f}s, less than "
-                       f"{idle_for.total_seconds():.0f}s")
-            elif room <= 0:
-                why = _held_reason(pool, keep)
-            else:
+    for load in node_loads(list(by_name.values()), pods):
+        pool = pool_of[load.node]
+        annotations = by_name[load.node]["metadata"].get("annotations") or {}
+        since = unused_since(by_name[load.node], now)
+        moving = _moving(load)
+        if planner is None:
+            unfit = "no cluster model to place them" if moving else None
+        else:
+            unfit = planner.refusal(load.node, moving)
+        if unfit is None and load.cordoned and not annotations.get(SCALE_IN_RUN):
+            why = "cordoned by someone else"
+        elif unfit is None and now - since < idle_for:
+            why = (f"spare for {(now - since).total_seconds():.0f}s, less than "
+                   f"{idle_for.total_seconds():.0f}s")
+        elif unfit is None and room[pool.name] <= 0:
+            why = _held_reason(pool, keep[pool.name])
+        else:
+            placed = unfit or (planner.place(load.node, moving) if planner is not None
+                               else ())
+            if not isinstance(placed, str):
                 chosen.append(Candidate(load.node, pool.name, since, pool.price_per_hour,
-                                        load.other_pods))
-                room -= 1
+                                        placed, gpus.get(load.node, 0)))
+                room[pool.name] -= 1
                 continue
-            kept.append(Kept(load.node, pool.name, why))
+            why = _pods_prefix(load) + placed
+        kept.append(Kept(load.node, pool.name, why))
     return chosen, kept
+
+
+def _pods_prefix(load: NodeLoad) -> str:
+    if load.gpu_pods:
+        return f"runs GPU pods ({', '.join(load.gpu_pods)}): "
+    if load.other_pods:
+        return f"runs pods a drain would move ({', '.join(load.other_pods)}): "
+    return ""
 
 
 def _held_reason(pool: PoolView, keep: int) -> str:
