@@ -50,3 +50,15 @@ SCALE_IN_RUN = PREFIX + "scale-in-run"
 SCALE_IN_CORDONED = PREFIX + "scale-in-cordoned"  # "true": the node was schedulable before
 SCALE_IN_EXPIRES = PREFIX + "scale-in-expires"
 SCALE_IN_MARKS = (SCALE_IN_RUN, SCALE_IN_CORDONED, SCALE_IN_EXPIRES)
+
+# A serving rollout in progress (flows/serving_rollout.py), recorded on the HTTPRoute it moves
+# in the same patch as each weight change, so that the next run resumes or rolls back what a
+# crashed one left: one JSON document (tasks/rollout/state.py). When a rollout ends the record
+# goes and a one-line summary of how it ended stays.
+ROLLOUT = PREFIX + "rollout"
+ROLLOUT_LAST = PREFIX + "rollout-last"
+# On the objects a rollout creates (the new model server, InferencePool, endpoint picker): the
+# run that made them, and the name the next version's names are derived from (a label, so a
+# rollout of a rollout does not grow `-1a2b3c-4d5e6f` names).
+ROLLOUT_RUN = PREFIX + "rollout-run"
+ROLLOUT_BASE = PREFIX + "rollout-base"

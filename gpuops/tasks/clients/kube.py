@@ -243,6 +243,50 @@ class Kube:
         return self._raw(self.apps.patch_namespaced_deployment, name, namespace, patch,
                          _content_type=STRATEGIC_PATCH)
 
+    def delete_deployment(self, namespace: str, name: str) -> None:
+        """Delete with background propagation: its ReplicaSets and pods go after it."""
+        call(self.apps.delete_namespaced_deployment, name, namespace,
+             body={"propagationPolicy": "Background"}, _preload_content=False)
+
+    def get_service(self, namespace: str, name: str) -> Obj:
+        return self._raw(self.core.read_namespaced_service, name, namespace)
+
+    def create_service(self, namespace: str, body: Obj) -> Obj:
+        return self._raw(self.core.create_namespaced_service, namespace, body)
+
+    def delete_service(self, namespace: str, name: str) -> None:
+        call(self.core.delete_namespaced_service, name, namespace, _preload_content=False)
+
+    # --- a pod's own HTTP endpoints, through the API server's pod proxy ------------------------
+
+    def proxy_get(self, namespace: str, pod: str, port: int, path: str) -> bytes:
+        """GET `path` on the pod's `port` (`/api/v1/namespaces/NS/pods/POD:PORT/proxy/PATH`):
+        the body as it came. Nothing listening is a `KubeServerError` (503)."""
+        resp: Any = call(self.core.connect_get_namespaced_pod_proxy_with_path,
+                         f"{pod}:{port}", namespace, path.lstrip("/"), _preload_content=False)
+        return bytes(resp.data)
+
+    def proxy_post(self, namespace: str, pod: str, port: int, path: str, body: Obj
+                   ) -> tuple[int, Any]:
+        """POST a JSON body to the pod's `port`; (HTTP status, JSON answer). The client's
+        connect_* calls take no body, so the request is built with its own serializer; an
+        answer >= 400 is returned, not raised (a model server's 500 is an answer)."""
+        method, url, headers, data, _ = self.api.param_serialize(
+            "POST", "/api/v1/namespaces/{namespace}/pods/{name}/proxy/{path}",
+            {"namespace": namespace, "name": f"{pod}:{port}", "path": path.lstrip("/")},
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            body=body, auth_settings=["BearerToken"])
+        try:
+            response = self.api.call_api(method, url, headers, data)
+            response.read()
+        except (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as e:
+            raise KubeUnavailable(f"the Kubernetes API could not be reached: {e}") from e
+        try:
+            answer = json.loads(response.data) if response.data else None
+        except ValueError:
+            answer = None
+        return response.status, answer
+
     def get_priority_class(self, name: str) -> Obj:
         return self._raw(client.SchedulingV1Api(self.api).read_priority_class, name)
 
@@ -259,6 +303,16 @@ class Kube:
                    ) -> Obj:
         return self._raw(self.custom.get_namespaced_custom_object, group, version, namespace,
                          plural, name)
+
+    def create_custom(self, group: str, version: str, namespace: str, plural: str, body: Obj
+                      ) -> Obj:
+        return self._raw(self.custom.create_namespaced_custom_object, group, version,
+                         namespace, plural, body)
+
+    def delete_custom(self, group: str, version: str, namespace: str, plural: str, name: str
+                      ) -> None:
+        call(self.custom.delete_namespaced_custom_object, group, version, namespace, plural,
+             name, _preload_content=False)
 
     def list_custom(self, group: str, version: str, namespace: str | None, plural: str
                     ) -> list[Obj]:

@@ -130,3 +130,34 @@ def weight_patch(route: HTTPRoute, old: PoolRef, new: PoolRef, split: WeightSpli
                 ops.append({"op": "test", "path": f"{base}/{b.index}/weight", "value": b.weight})
             ops.append({"op": "add", "path": f"{base}/{b.index}/weight", "value": weight})
     return ops + _annotation_ops(route, annotations or {})
+
+
+def annotation_patch(route: HTTPRoute, annotations: Mapping[str, str | None]) -> Patch:
+    """A JSON patch of the route's annotations only, pinned to the route as read (a test of
+    its resourceVersion: a route changed since is refused, 422). Empty: nothing to change."""
+    ops = _annotation_ops(route, annotations)
+    if not ops:
+        return []
+    pin: Patch = ([{"op": "test", "path": "/metadata/resourceVersion",
+                    "value": route.resource_version}] if route.resource_version else [])
+    return pin + ops
+
+
+def remove_backend_patch(route: HTTPRoute, pool: PoolRef, *,
+                         annotations: Mapping[str, str | None] | None = None) -> Patch:
+    """Take a pool's backendRefs (weight 0 only: removing one that carries traffic would
+    move it elsewhere unasked) out of every rule; a rule left with no backendRef is refused."""
+    ops: Patch = []
+    for rule in route.rules_for(pool):
+        found = rule.backends_of(pool)
+        if any(b.weight > 0 for b in found):
+            raise ConfigError(f"HTTPRoute {route}.spec.rules[{rule.index}]",
+                              f"still sends InferencePool {pool} traffic; move its weight first")
+        if len(found) == len(rule.backends):
+            raise ConfigError(f"HTTPRoute {route}.spec.rules[{rule.index}]",
+                              f"routes to InferencePool {pool} only; it cannot be removed")
+        base = f"/spec/rules/{rule.index}/backendRefs"
+        for b in sorted(found, key=lambda b: b.index, reverse=True):
+            ops.append({"op": "test", "path": f"{base}/{b.index}/name", "value": b.name})
+            ops.append({"op": "remove", "path": f"{base}/{b.index}"})
+    return ops + _annotation_ops(route, annotations or {})

@@ -1,0 +1,181 @@
+"""Serving rollout: move an InferencePool's traffic to a new vLLM version step by step, judged
+on vLLM metrics against the old version, with approval and automatic rollback.
+
+One run:
+1. checks its parameters and reads everything it needs (`tasks/rollout/preflight.py`): the
+   pool, its model server and route, the new version's objects derived from the old ones,
+   free GPUs and so the mode (blue-green, or fixed-capacity without spare GPUs); any problem
+   is an error naming the parameter, before anything changes;
+2. publishes the plan (a dry run stops here);
+3. holds the pools' and the route's slots (one rollout per pool at a time) and settles what an
+   earlier run left on the route: its own record (a re-run after a suspended approval) or
+   that of a run no longer going with the same version is resumed, any other rolled back; a
+   rollout still going elsewhere makes this run end `Busy`, changing nothing;
+4. rolls out (`tasks/rollout/run.py`): new objects, Ready and warm, each step's weights
+   through `perform()` with the record on the route, an analysis window per step, approval
+   before 100 % (or every step), rollback on a failed gate, a timeout or a "no";
+5. publishes the timeline of steps with each gate's numbers, however it ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+from prefect.concurrency.asyncio import AcquireConcurrencySlotTimeoutError
+from prefect.runtime import flow_run as runtime_flow_run
+from prefect.states import Completed, Failed
+
+from gpuops.blocks.connections import KubernetesCluster, SlackConnection
+from gpuops.blocks.loading import load_block
+from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.blocks.rollout import RolloutPolicy
+from gpuops.common.flow_runs import run_is_active
+from gpuops.common.settings import PrometheusSettings, get_settings
+from gpuops.tasks.actions.perform import hold_targets, recording_actions
+from gpuops.tasks.approvals.block_kit import ApprovalRequest
+from gpuops.tasks.approvals.request import Approval, request_approval
+from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.clients.prometheus import Prometheus
+from gpuops.tasks.rollout.actions import pool_target, route_target
+from gpuops.tasks.rollout.notify import slack_notifier
+from gpuops.tasks.rollout.params import RolloutSpec, parse_spec
+from gpuops.tasks.rollout.preflight import Plan, preflight
+from gpuops.tasks.rollout.run import Course, Result, check_resumable, retire_old, roll_back
+from gpuops.tasks.rollout.timeline import timeline_rows
+
+
+def _spec(policy: RolloutPolicy, **given: Any) -> RolloutSpec:
+    """The run's parameters over the Block's defaults (None: the Block's)."""
+    defaults = policy.model_dump(include={
+        "steps", "gates", "min_requests", "window_s", "step_timeout_s", "poll_s",
+        "ready_timeout_s", "warmup_requests", "warmup_interval_s", "warm_tolerance",
+        "keep_old_s", "on_success", "mode", "capacity_step", "approve"})
+    values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
+    return parse_spec(**values)
+
+
+@flow(name="serving-rollout", log_prints=True)
+async def serving_rollout(pool: str, image: str | None = None, model: str | None = None,
+                          args: list[str] | None = None, steps: list[int] | None = None,
+                          gates: list[dict[str, Any]] | None = None,
+                          window_s: float | None = None, min_requests: int | None = None,
+                          mode: Literal["auto", "blue-green", "fixed-capacity"] | None = None,
+                          approve: Literal["final", "every-step", "none"] | None = None,
+                          dry_run: bool = False, rollout_block: str = "",
+                          cluster_block: str = "", slack_block: str = "",
+                          policy_block: str = ""):
+    """Roll an InferencePool's model server out to a new version (see the module docstring).
+
+    Args:
+        pool: The InferencePool serving now, `namespace/name`.
+        image: The new vLLM image (empty: the old one).
+        model: The model the new version loads, `--model` (empty: the old one; the served
+            model name clients ask for stays).
+        args: Engine flags to set on the new version, `--flag=value` or `--flag`.
+        steps: The new version's traffic %, increasing, ending at 100 (empty: the Block's,
+            1 5 25 50 100).
+        gates: Gates judged after each step, `{metric, factor, slack, floor}` relative to the
+            old version or `{metric, limit}` (empty: the Block's, else the built-in ones).
+        window_s: Analysis window after each step, seconds (empty: the Block's).
+        min_requests: Requests each version must finish in a window before it is judged.
+        mode: blue-green (spare GPUs), fixed-capacity (k replicas at a time) or auto.
+        approve: Ask before 100 % (final), before every step, or never (none).
+        dry_run: Check everything and publish the plan; change nothing.
+        rollout_block: The RolloutPolicy Block with the defaults (empty: built-in ones).
+        cluster_block: The KubernetesCluster Block (empty: settings).
+        slack_block: The SlackConnection Block approvals and rollback messages go through.
+        policy_block: The ApprovalPolicy Block (the RolloutPolicy's approval_policy_block
+            wins when set).
+    """
+    log = get_run_logger()
+    policy: RolloutPolicy = await load_block(RolloutPolicy, rollout_block)
+    spec = _spec(policy, pool=pool, image=image, model=model, args=args, steps=steps,
+                 gates=gates, window_s=window_s, min_requests=min_requests, mode=mode,
+                 approve=approve)
+    cluster = await load_block(KubernetesCluster, cluster_block)
+    kube: Kube = cluster.kube()
+    prom = Prometheus(policy.prometheus_url or get_settings(PrometheusSettings).url)
+    run_id = str(runtime_flow_run.id or "no-flow-run")
+
+    async with recording_actions():
+        plan = await asyncio.to_thread(preflight, kube, spec, run_id)
+        check_resumable(plan)
+        await acreate_markdown_artifact(
+            key="serving-rollout-plan", description="The rollout's plan",
+            markdown=f"# Serving rollout{' (dry run)' if dry_run else ''}\n\n"
+                     f"```\n{plan.describe()}\n```")
+        if dry_run:
+            return Completed(name="DryRun", message="dry run: nothing was changed\n"
+                             + plan.describe())
+        approvals = await load_block(ApprovalPolicy, policy.approval_policy_block
+                                     or policy_block)
+        slack_conn = await load_block(SlackConnection, slack_block)
+
+        async def ask(key: str, request: ApprovalRequest) -> Approval:
+            return await request_approval(request, policy=approvals, slack_conn=slack_conn,
+                                          key=key)
+
+        targets = [pool_target(plan.new.namespace, plan.old.pool.name),
+                   pool_target(plan.new.namespace, plan.new.pool_name),
+                   route_target(plan.route.namespace, plan.route.name)]
+        result: Result | None = None
+        try:
+            async with hold_targets(targets, timeout_s=policy.lock_timeout_s):
+                settled = await _settle_leftovers(kube, spec, run_id, plan)
+                if isinstance(settled, str):
+                    return Failed(name="Busy", message=settled)
+                course = Course(kube, prom, settled, run_id, ask=ask, notify=slack_notifier(
+                    slack_conn, policy.notify_channel or approvals.channel))
+                try:
+                    result = await course.run()
+                finally:
+                    await _publish_timeline(course, result)
+        except AcquireConcurrencySlotTimeoutError:
+            return Failed(name="Busy", message=f"another rollout holds {plan.old.pool.ref} "
+                          f"(or its route) for more than {policy.lock_timeout_s:g} s; nothing "
+                          "was changed")
+    summary = {"outcome": result.outcome, "old_pool": plan.old.pool.name,
+               "new_pool": plan.new.pool_name, "mode": plan.mode,
+               "steps": [{"weight": s.weight, "outcome": s.outcome} for s in result.steps]}
+    log.info("rollout %s: %s", result.outcome, result.message.splitlines()[0])
+    if result.outcome == "completed":
+        return Completed(message=result.message, data=summary)
+    return Failed(name="RolledBack", message=result.message)
+
+
+async def _settle_leftovers(kube: Kube, spec: RolloutSpec, run_id: str, plan: Plan
+                            ) -> Plan | str:
+    """The plan to go on with once what another run recorded on the route is dealt with, or
+    why this run must not act (that run is still going)."""
+    record = plan.record
+    if record is None or record.run == run_id:
+        return plan
+    if await run_is_active(record.run):
+        return (f"flow run {record.run} is rolling out {record.old_pool} -> "
+                f"{record.new_pool} on HTTPRoute {plan.route} ({record.phase}); nothing was "
+                "changed")
+    if record.old_pool == plan.old.pool.name and record.version == plan.new.digest:
+        get_run_logger().info("resuming the rollout run %s left at %s (%d %%)", record.run,
+                              record.phase, record.weight)
+        return plan
+    ns = plan.route.namespace
+    if record.phase == "promoted":
+        await retire_old(kube, plan.apis, ns, plan.route.name, record,
+                         delete=spec.on_success == "delete")
+    else:
+        await roll_back(kube, plan.apis, ns, plan.route.name, record,
+                        f"left half done by flow run {record.run}, which is no longer going",
+                        group=plan.old_ref.group)
+    fresh = await asyncio.to_thread(preflight, kube, spec, run_id)
+    check_resumable(fresh)
+    return fresh
+
+
+async def _publish_timeline(course: Course, result: Result | None) -> None:
+    rows = timeline_rows(course.steps) or [{"step": "-", "outcome": "no step was taken"}]
+    await acreate_table_artifact(key="serving-rollout-timeline", table=rows,
+                                 description="The rollout's steps, each gate's numbers and "
+                                 "the verdict" + (f" ({result.outcome})" if result else ""))

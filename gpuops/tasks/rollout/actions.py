@@ -1,0 +1,268 @@
+"""A rollout's changes as safe actions for `perform()` (desired states with a postcondition).
+
+Every action names the rollout's lock, `inferencepool/<namespace>/<old pool>` (`pool_target`),
+which the run holds for its whole course (with the new pool's and the route's), so `perform`
+takes no slot twice and no other rollout acts on these objects meanwhile.
+
+- `RecordRollout`: the route's rollout record (annotations only), pinned to the route as read.
+- `SetRouteWeights`: the (old, new) split on every rule naming the pools, with the record in
+  the same JSON patch (`weights.weight_patch`; a route edited meanwhile is refused).
+- `RemoveBackend`: a pool at weight 0 taken off the route (before the pool is deleted).
+- `CreateObject` / `DeleteObject`: the new version's Deployment, InferencePool and endpoint
+  picker, created if absent, deleted if present.
+- `ScaleDeployment`: a Deployment's `spec.replicas`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuops.common.errors import KubeConflict, KubeNotFound
+from gpuops.common.events import k8s_resource
+from gpuops.tasks.actions.perform import SafeAction
+from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.rollout.objects import PoolRef, ServedApis
+from gpuops.tasks.rollout.read_objects import patch_route, read_route
+from gpuops.tasks.rollout.weights import (
+    WeightSplit,
+    annotation_patch,
+    remove_backend_patch,
+    split_applied,
+    weight_patch,
+)
+
+Obj = dict[str, Any]
+
+
+def pool_target(namespace: str, name: str) -> str:
+    return f"inferencepool/{namespace}/{name}"
+
+
+def route_target(namespace: str, name: str) -> str:
+    return f"httproute/{namespace}/{name}"
+
+
+def _annotations_hold(current: Mapping[str, str], wanted: Mapping[str, str | None]) -> bool:
+    return all(current.get(k) == v for k, v in wanted.items())
+
+
+# --- the route ----------------------------------------------------------------------------------
+
+@dataclass
+class _RouteAction(SafeAction):
+    kube: Kube
+    apis: ServedApis
+    namespace: str
+    route: str
+    lock: str
+    annotations: dict[str, str | None]
+
+    @property
+    def target(self) -> str:
+        return self.lock
+
+    def resource(self) -> dict[str, str]:
+        return k8s_resource(self.kube.cluster_name, "HTTPRoute", self.namespace, self.route)
+
+
+@dataclass
+class RecordRollout(_RouteAction):
+    what: str = ""
+    kind = "rollout-record"
+
+    def describe(self) -> str:
+        return f"record on HTTPRoute {self.namespace}/{self.route}: {self.what}"
+
+    def holds(self) -> bool:
+        route = read_route(self.kube, self.apis, self.namespace, self.route)
+        return _annotations_hold(route.annotations, self.annotations)
+
+    def apply(self) -> None:
+        route = read_route(self.kube, self.apis, self.namespace, self.route)
+        patch = annotation_patch(route, self.annotations)
+        if patch:
+            patch_route(self.kube, self.apis, route, patch)
+
+
+@dataclass
+class SetRouteWeights(_RouteAction):
+    old: PoolRef
+    new: PoolRef
+    split: WeightSplit
+    kind = "route-weights"
+
+    def describe(self) -> str:
+        return (f"set HTTPRoute {self.namespace}/{self.route} weights {self.old.name} "
+                f"{self.split.old} % / {self.new.name} {self.split.new} %")
+
+    def holds(self) -> bool:
+        route = read_route(self.kube, self.apis, self.namespace, self.route)
+        return split_applied(route, self.old, self.new, self.split) and \
+            _annotations_hold(route.annotations, self.annotations)
+
+    def apply(self) -> None:
+        route = read_route(self.kube, self.apis, self.namespace, self.route)
+        patch = weight_patch(route, self.old, self.new, self.split,
+                             annotations=self.annotations)
+        if patch:
+            patch_route(self.kube, self.apis, route, patch)
+
+    def details(self) -> dict[str, Any]:
+        return {"old_pool": str(self.old), "new_pool": str(self.new),
+                "old_weight": self.split.old, "new_weight": self.split.new}
+
+
+@dataclass
+class RemoveBackend(_RouteAction):
+    pool: PoolRef
+    kind = "route-remove-backend"
+
+    def describe(self) -> str:
+        return f"remove InferencePool {self.pool.name} from HTTPRoute {self.namespace}/{self.route}"
+
+    def holds(self) -> bool:
+        route = read_route(self.kube, self.apis, self.namespace, self.route)
+        return not route.rules_for(self.pool) and \
+            _annotations_hold(route.annotations, self.annotations)
+
+    def apply(self) -> None:
+        route = read_route(self.kube, self.apis, self.namespace, self.route)
+        patch = remove_backend_patch(route, self.pool, annotations=self.annotations)
+        if patch:
+            patch_route(self.kube, self.apis, route, patch)
+
+
+# --- objects ------------------------------------------------------------------------------------
+
+def _coordinates(body: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """(apiVersion, kind, namespace, name) of an object body."""
+    meta = body.get("metadata") or {}
+    return (str(body.get("apiVersion")), str(body.get("kind")),
+            str(meta.get("namespace") or "default"), str(meta.get("name")))
+
+
+def get_object(kube: Kube, api_version: str, kind: str, namespace: str, name: str) -> Obj:
+    if kind == "Service":
+        return kube.get_service(namespace, name)
+    if kind == "Deployment":
+        return kube.get_deployment(namespace, name)
+    return kube.get(api_version, kind, namespace, name)
+
+
+def exists(kube: Kube, api_version: str, kind: str, namespace: str, name: str) -> bool:
+    try:
+        get_object(kube, api_version, kind, namespace, name)
+    except KubeNotFound:
+        return False
+    return True
+
+
+@dataclass
+class CreateObject(SafeAction):
+    kube: Kube
+    body: Obj
+    lock: str
+    kind = "create"
+
+    @property
+    def target(self) -> str:
+        return self.lock
+
+    def describe(self) -> str:
+        _, kind, namespace, name = _coordinates(self.body)
+        return f"create {kind} {namespace}/{name}"
+
+    def holds(self) -> bool:
+        return exists(self.kube, *_coordinates(self.body))
+
+    def apply(self) -> None:
+        api_version, kind, namespace, _ = _coordinates(self.body)
+        try:
+            if kind == "Service":
+                self.kube.create_service(namespace, self.body)
+            elif kind == "Deployment":
+                self.kube.create_deployment(namespace, self.body)
+            else:
+                group, _, version = api_version.rpartition("/")
+                self.kube.create_custom(group, version, namespace, kind.lower() + "s",
+                                        self.body)
+        except KubeConflict:
+            pass  # AlreadyExists: a retry after a lost answer; the postcondition checks it
+
+    def resource(self) -> dict[str, str]:
+        _, kind, namespace, name = _coordinates(self.body)
+        return k8s_resource(self.kube.cluster_name, kind, namespace, name)
+
+
+@dataclass
+class DeleteObject(SafeAction):
+    kube: Kube
+    api_version: str
+    object_kind: str
+    namespace: str
+    name: str
+    lock: str
+    kind = "delete"
+
+    @property
+    def target(self) -> str:
+        return self.lock
+
+    def describe(self) -> str:
+        return f"delete {self.object_kind} {self.namespace}/{self.name}"
+
+    def holds(self) -> bool:
+        return not exists(self.kube, self.api_version, self.object_kind, self.namespace,
+                          self.name)
+
+    def apply(self) -> None:
+        try:
+            if self.object_kind == "Service":
+                self.kube.delete_service(self.namespace, self.name)
+            elif self.object_kind == "Deployment":
+                self.kube.delete_deployment(self.namespace, self.name)
+            else:
+                group, _, version = self.api_version.rpartition("/")
+                self.kube.delete_custom(group, version, self.namespace,
+                                        self.object_kind.lower() + "s", self.name)
+        except KubeNotFound:
+            pass
+
+    def resource(self) -> dict[str, str]:
+        return k8s_resource(self.kube.cluster_name, self.object_kind, self.namespace, self.name)
+
+
+@dataclass
+class ScaleDeployment(SafeAction):
+    kube: Kube
+    namespace: str
+    name: str
+    replicas: int
+    lock: str
+    kind = "scale"
+
+    @property
+    def target(self) -> str:
+        return self.lock
+
+    def describe(self) -> str:
+        return f"scale Deployment {self.namespace}/{self.name} to {self.replicas}"
+
+    def holds(self) -> bool:
+        try:
+            deployment = self.kube.get_deployment(self.namespace, self.name)
+        except KubeNotFound:
+            return self.replicas == 0  # gone serves nothing, as 0 replicas would
+        return int((deployment.get("spec") or {}).get("replicas") or 0) == self.replicas
+
+    def apply(self) -> None:
+        self.kube.patch_deployment(self.namespace, self.name,
+                                   {"spec": {"replicas": self.replicas}})
+
+    def resource(self) -> dict[str, str]:
+        return k8s_resource(self.kube.cluster_name, "Deployment", self.namespace, self.name)
+
+    def details(self) -> dict[str, Any]:
+        return {"replicas": self.replicas}

@@ -1,0 +1,156 @@
+"""Preflight: everything a rollout needs, read and checked before anything changes.
+
+Reads the served API versions, the pool with its model server, pods and route, the objects
+the new version is derived from (the pool and Deployment as stored, the endpoint picker's
+Service and Deployment), the nodes and pods (free GPUs) and the rollout record on the route;
+derives the new version (`derive`), chooses the mode (`capacity`) and checks the route can
+carry the split (`weights`). Any problem is a `ConfigError` naming the parameter, raised
+before the first write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuops.common.annotations import ROLLOUT_RUN
+from gpuops.common.errors import ConfigError, KubeNotFound
+from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.rollout.actions import get_object
+from gpuops.tasks.rollout.capacity import ChosenMode, Room, choose_mode, room_for
+from gpuops.tasks.rollout.derive import NewVersion, derive, epp_deployment_of
+from gpuops.tasks.rollout.objects import HTTPRoute, PoolRef, PoolView, ServedApis
+from gpuops.tasks.rollout.params import RolloutSpec
+from gpuops.tasks.rollout.read_objects import read_pool_view, read_served_apis
+from gpuops.tasks.rollout.state import RolloutRecord, read_record
+from gpuops.tasks.rollout.weights import WeightSplit, current_split, weight_patch
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: RolloutSpec
+    apis: ServedApis
+    old: PoolView
+    route: HTTPRoute
+    new: NewVersion
+    room: Room
+    mode: ChosenMode
+    record: RolloutRecord | None  # what the route records now (another run's, or ours)
+
+    @property
+    def old_ref(self) -> PoolRef:
+        return self.old.pool.ref
+
+    @property
+    def new_ref(self) -> PoolRef:
+        return PoolRef(self.old.pool.ref.group, self.new.namespace, self.new.pool_name)
+
+    def describe(self) -> str:
+        n = self.new
+        lines = [f"pool       {self.old.pool.ref} -> {n.pool_name} (HTTPRoute {self.route})",
+                 f"version    {n.old_version.describe()}",
+                 f"        -> {n.version.describe()}",
+                 (f"workload   Deployment {n.old_deployment} -> {n.deployment_name}, "
+                  f"{n.replicas} replica(s) x {n.gpus_per_replica} GPU(s)"),
+                 f"mode       {self.mode} ({self.room.describe(n.gpus_per_replica)})"]
+        if n.epp_name:
+            lines.append(f"picker     {n.epp_name} (Service + Deployment, --pool-name "
+                         f"{n.pool_name})")
+        if self.mode == "blue-green":
+            lines.append("steps      " + " -> ".join(f"{s} %" for s in self.spec.steps))
+        else:
+            lines.append(f"steps      {self.spec.capacity_step} replica(s) at a time, weights "
+                         "following ready replicas")
+        lines.append(f"analysis   {self.spec.timing.window_s:g} s windows (extended up to "
+                     f"{self.spec.timing.step_timeout_s:g} s), at least "
+                     f"{self.spec.analysis.min_requests} requests on each side, "
+                     f"{len(self.spec.analysis.gates)} gates against the old version")
+        lines.append(f"approval   {self.spec.approve}")
+        return "\n".join(lines)
+
+
+def _pool_object(kube: Kube, apis: ServedApis, namespace: str, name: str) -> dict[str, Any]:
+    api = apis.inference_pool
+    obj = kube.get_custom(api.group, api.version, namespace, "inferencepools", name)
+    return {**obj, "apiVersion": api.api_version, "kind": "InferencePool"}
+
+
+def _epp(kube: Kube, view: PoolView) -> tuple[dict[str, Any] | None, Mapping[str, Any] | None]:
+    picker = view.pool.endpoint_picker
+    if picker is None:
+        return None, None
+    if picker.kind != "Service" or picker.group not in ("", "core"):
+        raise ConfigError("pool", f"InferencePool {view.pool.ref}'s endpoint picker is a "
+                          f"{picker.group or 'core'}/{picker.kind}; a rollout can copy a "
+                          "Service-fronted picker only")
+    try:
+        service = kube.get_service(view.pool.namespace, picker.name)
+    except KubeNotFound:
+        return None, None
+    deployments = [{**d, "apiVersion": "apps/v1", "kind": "Deployment"} for d in
+                   kube.list_custom("apps", "v1", view.pool.namespace, "deployments")]
+    return service, epp_deployment_of(service, deployments)
+
+
+def _route(view: PoolView) -> HTTPRoute:
+    if not view.routes:
+        raise ConfigError("pool", f"no HTTPRoute in namespace {view.pool.namespace} routes to "
+                          f"InferencePool {view.pool.ref}: there is no traffic to move")
+    if len(view.routes) > 1:
+        raise ConfigError("pool", f"InferencePool {view.pool.ref} is routed by several "
+                          f"HTTPRoutes ({', '.join(map(str, view.routes))}); a rollout moves "
+                          "one route's weights")
+    return view.routes[0]
+
+
+def _check_names(kube: Kube, new: NewVersion) -> None:
+    """A derived name taken by an object no rollout made is refused: it would be adopted."""
+    bodies = [b for b in (new.deployment, new.pool, new.epp_service, new.epp_deployment)
+              if b is not None]
+    for body in bodies:
+        meta = body["metadata"]
+        try:
+            found = get_object(kube, body["apiVersion"], body["kind"], meta["namespace"],
+                               meta["name"])
+        except KubeNotFound:
+            continue
+        if ROLLOUT_RUN not in ((found.get("metadata") or {}).get("annotations") or {}):
+            raise ConfigError("image", f"{body['kind']} {meta['namespace']}/{meta['name']} "
+                              "(the new version's name) exists and was not made by a gpuops "
+                              "rollout; rename or remove it first")
+
+
+def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
+    """Read and check everything (see the module docstring); changes nothing."""
+    apis = read_served_apis(kube)
+    namespace, name = spec.pool.namespace, spec.pool.name
+    view = read_pool_view(kube, apis, namespace, name, field="pool")
+    server = view.model_server("pool")
+    if server.kind != "Deployment":
+        raise ConfigError("pool", f"InferencePool {view.pool.ref} is served by {server.kind} "
+                          f"{server.name}; rollouts of Deployments only so far")
+    route = _route(view)
+    record = read_record(dict(route.annotations), f"HTTPRoute {route}")
+    deployment = {**kube.get_deployment(namespace, server.name), "apiVersion": "apps/v1",
+                  "kind": "Deployment"}
+    service, epp_deployment = _epp(kube, view)
+    new = derive(pool=view.pool, pool_obj=_pool_object(kube, apis, namespace, name),
+                 deployment=deployment, change=spec.change, run_id=run_id,
+                 container=spec.container, epp_service=service, epp_deployment=epp_deployment)
+    new_ref = PoolRef(view.pool.ref.group, namespace, new.pool_name)
+    weight_patch(route, view.pool.ref, new_ref, WeightSplit(100, 0))  # the route can carry it
+    if record is None and not any(old for old, _ in
+                                  current_split(route, view.pool.ref, new_ref).values()):
+        raise ConfigError("pool", f"InferencePool {view.pool.ref} gets no traffic on HTTPRoute "
+                          f"{route} (weight 0): roll out from the pool that serves")
+    _check_names(kube, new)
+    pod_spec = new.deployment["spec"]["template"].get("spec") or {}
+    room = room_for(pod_spec, new.gpus_per_replica, kube.list_nodes(), kube.list_pods())
+    mode: ChosenMode
+    if record is not None and record.old_pool == name and record.version == new.digest:
+        mode = "fixed-capacity" if record.mode == "fixed-capacity" else "blue-green"
+    else:
+        mode = choose_mode(spec.mode, room, new.replicas, new.gpus_per_replica,
+                           spec.capacity_step)
+    return Plan(spec, apis, view, route, new, room, mode, record)

@@ -1,0 +1,479 @@
+"""A rollout's course, from the first record on the route to the old version's removal.
+
+Blue-green:
+1. record the rollout on the route (phase `preparing`), then create the new version's
+   endpoint picker, InferencePool and Deployment (`derive`);
+2. wait until every new replica is Ready and warm (`warmup`);
+3. for each step: approval if asked for, the weights through `perform()` with the record in
+   the same patch, then an analysis window judged against the old version over the same time
+   (`gates.judge`); WAIT extends the window until `step_timeout_s`, which then fails the step;
+4. at 100 % the old version is kept warm for `keep_old_s`, then scaled to 0 (or deleted);
+   the record ends.
+
+Fixed-capacity (no spare GPUs): stages of k replicas: the old Deployment shrinks by k, once its
+pods are gone the new one grows by k, and when those are Ready and warm the weights follow the
+ready replicas on each side; each stage below 100 % is judged like a step.
+
+Rollback (a failed gate, a timeout, a rejection, replicas that never get Ready): the weights
+go back to the old pool at once, the new Deployment (and its picker) scale to 0, the old one
+back to its replicas; the record ends saying why, and a message says which gate failed with the
+numbers. What a crashed run left is found on the route by the next run: resumed when it rolls
+out the same version, rolled back otherwise (`resume_or_roll_back`).
+
+Every wait is on the wall clock: analysis windows are Prometheus time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from prefect import get_run_logger
+
+from gpuops.common.errors import ConfigError, GpuopsError, KubeNotFound
+from gpuops.tasks.actions.perform import perform
+from gpuops.tasks.approvals.block_kit import ApprovalRequest
+from gpuops.tasks.approvals.request import Approval, not_approved_message
+from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.clients.prometheus import Prometheus
+from gpuops.tasks.rollout.actions import (
+    CreateObject,
+    DeleteObject,
+    RecordRollout,
+    RemoveBackend,
+    ScaleDeployment,
+    SetRouteWeights,
+    pool_target,
+)
+from gpuops.tasks.rollout.capacity import capacity_stages, capacity_weight
+from gpuops.tasks.rollout.derive import served_model
+from gpuops.tasks.rollout.gates import Status, Verdict, judge
+from gpuops.tasks.rollout.metrics import pool_series
+from gpuops.tasks.rollout.objects import PoolRef, PoolView, ServedApis
+from gpuops.tasks.rollout.preflight import Plan
+from gpuops.tasks.rollout.read_metrics import read_window
+from gpuops.tasks.rollout.read_objects import read_pool_view
+from gpuops.tasks.rollout.report import verdict_text
+from gpuops.tasks.rollout.state import (
+    Outcome,
+    RolloutRecord,
+    ended_annotations,
+    record_annotations,
+)
+from gpuops.tasks.rollout.timeline import StepResult, timeline_text
+from gpuops.tasks.rollout.warmup import Batch, is_warm, served_models, warm_up_batch
+from gpuops.tasks.rollout.weights import WeightSplit
+
+POLL_S = 1.0  # readiness and pod waits
+Ask = Callable[[str, ApprovalRequest], Awaitable[Approval]]
+Notify = Callable[[str], Awaitable[None]]
+
+
+class RolloutStopped(GpuopsError):
+    """The rollout cannot go on (and is rolled back): why, for the record and the person."""
+
+    def __init__(self, reason: str, outcome: str = "failed") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.outcome = outcome
+
+
+@dataclass
+class Result:
+    outcome: Outcome
+    message: str
+    steps: list[StepResult]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Course:
+    """One run's rollout: what it uses and what it has done so far."""
+
+    kube: Kube
+    prom: Prometheus
+    plan: Plan
+    run_id: str
+    ask: Ask | None = None
+    notify: Notify | None = None
+    steps: list[StepResult] = field(default_factory=list)
+    record: RolloutRecord | None = None
+
+    # --- names -----------------------------------------------------------------------------------
+
+    @property
+    def spec(self) -> Any:
+        return self.plan.spec
+
+    @property
+    def apis(self) -> ServedApis:
+        return self.plan.apis
+
+    @property
+    def ns(self) -> str:
+        return self.plan.new.namespace
+
+    @property
+    def lock(self) -> str:
+        return pool_target(self.ns, self.plan.old.pool.name)
+
+    @property
+    def route(self) -> str:
+        return self.plan.route.name
+
+    def _record(self, **changes: Any) -> RolloutRecord:
+        assert self.record is not None
+        self.record = self.record.advance(now=_now(), **changes)
+        return self.record
+
+    # --- actions ----------------------------------------------------------------------------------
+
+    async def write_record(self, what: str, **changes: Any) -> None:
+        record = self._record(**changes)
+        await perform(RecordRollout(self.kube, self.apis, self.ns, self.route, self.lock,
+                                    record_annotations(record), what=what), dry_run=False)
+
+    async def set_weight(self, weight: int, **changes: Any) -> None:
+        record = self._record(weight=weight, **changes)
+        await perform(SetRouteWeights(
+            self.kube, self.apis, self.ns, self.route, self.lock, record_annotations(record),
+            old=self.plan.old_ref, new=self.plan.new_ref,
+            split=WeightSplit(100 - weight, weight)), dry_run=False)
+
+    async def scale(self, deployment: str, replicas: int) -> None:
+        await perform(ScaleDeployment(self.kube, self.ns, deployment, replicas, self.lock),
+                      dry_run=False)
+
+    # --- the course ---------------------------------------------------------------------------------
+
+    async def run(self) -> Result:
+        """Roll out (or resume `plan.record` when it is this version's); a stop rolls back."""
+        new = self.plan.new
+        existing = self.plan.record
+        resuming = existing is not None and existing.version == new.digest and \
+            existing.old_pool == self.plan.old.pool.name
+        if resuming:
+            assert existing is not None
+            self.record = existing.advance(now=_now(), run=self.run_id)
+        else:
+            self.record = RolloutRecord(
+                self.run_id, self.plan.old.pool.name, new.pool_name, new.old_deployment,
+                new.deployment_name, new.epp_name, new.digest, self.plan.mode, "preparing", 0,
+                self.plan.old.model_server().replicas, _now())
+        try:
+            if self.record.phase == "rolling-back":
+                raise RolloutStopped("a rollback an earlier run began", "rolled back")
+            if self.record.phase != "promoted":
+                if self.plan.mode == "blue-green":
+                    await self._blue_green()
+                else:
+                    await self._fixed_capacity()
+            await self._promote()
+        except RolloutStopped as stop:
+            await self.roll_back(stop.reason)
+            return Result("rolled-back", stop.reason, self.steps)
+        return Result("completed", f"{self.plan.old.pool.name} -> {new.pool_name}: the new "
+                      f"version serves 100 %", self.steps)
+
+    async def _create(self, new_replicas: int) -> None:
+        new = self.plan.new
+        deployment = {**new.deployment, "spec": {**new.deployment["spec"],
+                                                 "replicas": new_replicas}}
+        for body in (new.epp_service, new.epp_deployment, new.pool, deployment):
+            if body is not None:
+                await perform(CreateObject(self.kube, body, self.lock), dry_run=False)
+        if new.epp_deployment is not None:  # a picker scaled to 0 by an earlier rollback
+            await self.scale(str(new.epp_name), int(new.epp_deployment["spec"]["replicas"]))
+
+    async def _blue_green(self) -> None:
+        assert self.record is not None
+        new, steps = self.plan.new, self.spec.steps
+        start_at = 0
+        if self.record.phase == "shifting":
+            start_at = next((i for i, s in enumerate(steps) if s >= self.record.weight),
+                            len(steps) - 1)
+            if self.record.passed:
+                start_at += 1
+        if self.record.phase in ("preparing", "warming"):
+            await self.write_record("preparing the new version", phase="preparing")
+            await self._create(new.replicas)
+            await self.scale(new.deployment_name, new.replicas)
+            await self.write_record("warming the new version", phase="warming")
+            await self.wait_ready_and_warm(new.replicas)
+        else:
+            await self.wait_ready_and_warm(new.replicas, warm_up=False)
+        for index in range(start_at, len(steps)):
+            weight = steps[index]
+            await self._approve(index + 1, weight)
+            await self.set_weight(weight, phase="shifting", passed=False)
+            if weight == 100:
+                break
+            await self._judge(index + 1, weight)
+
+    async def _fixed_capacity(self) -> None:
+        assert self.record is not None
+        new, k = self.plan.new, self.spec.capacity_step
+        replicas = self.record.old_replicas
+        if self.record.phase not in ("preparing", "warming"):
+            raise RolloutStopped("a fixed-capacity rollout an earlier run left half done is "
+                                 "rolled back, not resumed", "rolled back")
+        await self.write_record("preparing the new version", phase="preparing")
+        await self._create(0)
+        await self.write_record("moving capacity", phase="shifting")
+        for index, (old_n, new_n) in enumerate(capacity_stages(replicas, k), start=1):
+            await self.scale(new.old_deployment, old_n)
+            await self.wait_pods(self.plan.old.pool.name, at_most=old_n)
+            await self.scale(new.deployment_name, new_n)
+            ready = await self.wait_ready_and_warm(new_n)
+            old_ready = len([p for p in read_pool_view(
+                self.kube, self.apis, self.ns, self.plan.old.pool.name).pods if p.ready])
+            weight = capacity_weight(old_ready, len(ready))
+            await self._approve(index, weight)
+            await self.set_weight(weight, phase="shifting", passed=False)
+            if weight == 100:
+                break
+            await self._judge(index, weight)
+
+    async def _approve(self, index: int, weight: int) -> None:
+        approve = self.spec.approve
+        if self.ask is None or approve == "none" or (approve == "final" and weight != 100):
+            return
+        new = self.plan.new
+        request = ApprovalRequest(
+            title=f"Serving rollout {self.plan.old.pool.ref}: step {index} to {weight} %",
+            summary=(f"Send {weight} % of `{self.plan.route}`'s traffic to "
+                     f"`{new.pool_name}` ({new.version.describe()}); "
+                     f"`{self.plan.old.pool.name}` keeps {100 - weight} %."),
+            reason=("Every judged step passed its gates against the old version so far."
+                    if self.steps else "No step has been judged yet."),
+            plan=timeline_text(self.steps), targets=(self.lock,))
+        answer = await self.ask(f"rollout-step-{weight}", request)
+        if not answer.approved:
+            self.steps.append(StepResult(index, weight, 0, 0, _now(), _now(), None,
+                                         "rejected", not_approved_message(answer)))
+            raise RolloutStopped(f"step {index} to {weight} % not approved: "
+                                 f"{not_approved_message(answer)}", "rejected")
+
+    async def _judge(self, index: int, weight: int) -> None:
+        old_view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns,
+                                           self.plan.old.pool.name)
+        new_view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns,
+                                           self.plan.new.pool_name)
+        step = StepResult(index, weight, sum(p.ready for p in old_view.pods),
+                          sum(p.ready for p in new_view.pods), _now())
+        verdict = await self.analyse(step.started)
+        ended = _now()
+        if verdict.status is Status.PASS:
+            self.steps.append(StepResult(step.index, weight, step.old_replicas,
+                                         step.new_replicas, step.started, ended, verdict))
+            await self.write_record(f"step {index} ({weight} %) passed", passed=True)
+            return
+        timed_out = verdict.status is Status.WAIT
+        outcome = "timed out" if timed_out else "failed"
+        self.steps.append(StepResult(step.index, weight, step.old_replicas, step.new_replicas,
+                                     step.started, ended, verdict, outcome))
+        why = (f"step {index} ({weight} %) {'timed out' if timed_out else 'failed'} after "
+               f"{(ended - step.started).total_seconds():.0f} s")
+        raise RolloutStopped(f"{why}\n{verdict_text(verdict)}", outcome)
+
+    async def analyse(self, start: datetime) -> Verdict:
+        """The new version against the old over [start, now], judged after `window_s` and
+        again every `poll_s` while it WAITs, until `step_timeout_s`."""
+        timing = self.spec.timing
+        await asyncio.sleep(timing.window_s)
+        while True:
+            end = _now()
+            verdict = await asyncio.to_thread(self._verdict, start, end)
+            get_run_logger().info("analysis %s .. %s: %s", start.strftime("%H:%M:%S"),
+                                  end.strftime("%H:%M:%S"), verdict.reason)
+            if verdict.status is not Status.WAIT or \
+                    (end - start).total_seconds() + timing.poll_s > timing.step_timeout_s:
+                return verdict
+            await asyncio.sleep(timing.poll_s)
+
+    def _verdict(self, start: datetime, end: datetime) -> Verdict:
+        old = read_pool_view(self.kube, self.apis, self.ns, self.plan.old.pool.name)
+        new = read_pool_view(self.kube, self.apis, self.ns, self.plan.new.pool_name)
+        return judge(self.spec.analysis, read_window(self.prom, pool_series(new), start, end),
+                     read_window(self.prom, pool_series(old), start, end))
+
+    # --- waits ----------------------------------------------------------------------------------
+
+    async def wait_pods(self, pool: str, *, at_most: int) -> None:
+        """Until the pool has at most `at_most` pods (those going away hold their GPUs)."""
+        deadline = _now() + timedelta(seconds=self.spec.timing.ready_timeout_s)
+        while True:
+            view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns, pool)
+            if len(view.pods) <= at_most:
+                return
+            if _now() >= deadline:
+                raise RolloutStopped(f"InferencePool {pool} still has {len(view.pods)} pod(s) "
+                                     f"after {self.spec.timing.ready_timeout_s:g} s (wanted at "
+                                     f"most {at_most})", "not ready")
+            await asyncio.sleep(POLL_S)
+
+    async def wait_ready_and_warm(self, replicas: int, *, warm_up: bool = True
+                                  ) -> list[str]:
+        """The new pool's Ready pods once `replicas` of them are Ready, answer `/v1/models`
+        with the served model and (`warm_up`) have warmed up; a `RolloutStopped` naming what
+        the pods wait for when that takes longer than `ready_timeout_s`."""
+        timing = self.spec.timing
+        deadline = _now() + timedelta(seconds=timing.ready_timeout_s)
+        model = served_model(self.plan.new.version) or ""
+        port = self.plan.old.pool.target_ports[0]
+        name = self.plan.new.pool_name
+        while True:
+            view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns, name)
+            ready = [p.name for p in view.pods if p.ready]
+            if len(ready) >= replicas:
+                answers = [await asyncio.to_thread(served_models, self.kube, self.ns, p, port)
+                           for p in ready]
+                if all(a is not None and (not model or model in a) for a in answers):
+                    break
+            if _now() >= deadline:
+                raise RolloutStopped(await asyncio.to_thread(self._not_ready, view, replicas),
+                                     "not ready")
+            await asyncio.sleep(POLL_S)
+        if warm_up and timing.warmup_requests > 0:
+            await self._warm_up(ready, port, model, deadline)
+        return ready
+
+    async def _warm_up(self, pods: list[str], port: int, model: str, deadline: datetime
+                       ) -> None:
+        timing = self.spec.timing
+        previous: dict[str, Batch] = {}
+        while True:
+            batches = [await asyncio.to_thread(warm_up_batch, self.kube, self.ns, p, port,
+                                               model, timing.warmup_requests) for p in pods]
+            failing = [b for b in batches if b.failed * 2 > b.sent]
+            if failing:
+                raise RolloutStopped(
+                    "the new version fails its warm-up requests: " + ", ".join(
+                        f"{b.pod} {b.failed} of {b.sent}" for b in failing), "not ready")
+            if is_warm(previous, batches, timing.warm_tolerance):
+                get_run_logger().info("warm: %s", ", ".join(
+                    f"{b.pod} TTFT {b.ttft_mean:.3f} s" if b.ttft_mean is not None else b.pod
+                    for b in batches))
+                return
+            if _now() >= deadline:
+                raise RolloutStopped("the new version was still warming up (TTFT falling) "
+                                     f"after {timing.ready_timeout_s:g} s", "not ready")
+            previous = {b.pod: b for b in batches}
+            await asyncio.sleep(timing.warmup_interval_s)
+
+    def _not_ready(self, view: PoolView, replicas: int) -> str:
+        ready = sum(p.ready for p in view.pods)
+        reasons = []
+        for pod in view.pods:
+            if pod.ready:
+                continue
+            try:
+                raw = self.kube.get_pod(self.ns, pod.name)
+            except KubeNotFound:
+                continue
+            reasons.append(f"{pod.name}: {_waiting_reason(raw)}")
+        return (f"image: the new version's pods did not become Ready and warm within "
+                f"{self.spec.timing.ready_timeout_s:g} s ({ready} of {replicas} Ready"
+                + (f"; {'; '.join(reasons)}" if reasons else "") + ")")
+
+    # --- the end ---------------------------------------------------------------------------------
+
+    async def _promote(self) -> None:
+        """The old version kept warm `keep_old_s`, then scaled to 0 or deleted."""
+        assert self.record is not None
+        record = self.record
+        if record.phase != "promoted":
+            until = _now() + timedelta(seconds=self.spec.timing.keep_old_s)
+            await self.write_record("promoted; the old version kept warm until "
+                                    f"{until:%H:%M:%S}", phase="promoted", keep_old_until=until)
+            record = self.record
+        if record.keep_old_until is not None:
+            wait = (record.keep_old_until - _now()).total_seconds()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        await retire_old(self.kube, self.apis, self.ns, self.route, record,
+                         delete=self.spec.on_success == "delete")
+
+    async def roll_back(self, reason: str) -> None:
+        assert self.record is not None
+        await roll_back(self.kube, self.apis, self.ns, self.route, self.record, reason,
+                        group=self.plan.old_ref.group)
+        if self.notify is not None:
+            await self.notify(f"Serving rollout {self.plan.old.pool.ref} -> "
+                              f"{self.plan.new.pool_name} rolled back: {reason}")
+
+
+def _waiting_reason(pod: dict[str, Any]) -> str:
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or ():
+        waiting = (cs.get("state") or {}).get("waiting")
+        if waiting:
+            return f"{waiting.get('reason')}: {waiting.get('message') or ''}".rstrip(": ")
+    for c in status.get("conditions") or ():
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"{c.get('reason')}: {c.get('message') or ''}".rstrip(": ")
+    return str(status.get("phase") or "unknown")
+
+
+# --- rolling back and finishing, also for what another run left ------------------------------------
+
+async def roll_back(kube: Kube, apis: ServedApis, namespace: str, route: str,
+                    record: RolloutRecord, reason: str, *, group: str | None = None,
+                    outcome: Outcome = "rolled-back") -> None:
+    """Weights back to the old pool at once, the new version scaled to 0, the old back to its
+    replicas, the record ended with `reason`."""
+    log = get_run_logger()
+    log.warning("rolling back %s -> %s: %s", record.old_pool, record.new_pool,
+                reason.splitlines()[0])
+    lock = pool_target(namespace, record.old_pool)
+    group = group or apis.inference_pool.group
+    old, new = PoolRef(group, namespace, record.old_pool), PoolRef(group, namespace,
+                                                                  record.new_pool)
+    back = record.advance(now=_now(), phase="rolling-back", weight=0)
+    await perform(SetRouteWeights(kube, apis, namespace, route, lock, record_annotations(back),
+                                  old=old, new=new, split=WeightSplit(100, 0)), dry_run=False)
+    await perform(ScaleDeployment(kube, namespace, record.new_deployment, 0, lock),
+                  dry_run=False)
+    if record.epp:
+        await perform(ScaleDeployment(kube, namespace, record.epp, 0, lock), dry_run=False)
+    await perform(ScaleDeployment(kube, namespace, record.old_deployment, record.old_replicas,
+                                  lock), dry_run=False)
+    await perform(RecordRollout(kube, apis, namespace, route, lock,
+                                ended_annotations(back, outcome, _now(),
+                                                  reason.splitlines()[0]),
+                                what=f"rollout {outcome}"), dry_run=False)
+
+
+async def retire_old(kube: Kube, apis: ServedApis, namespace: str, route: str,
+                     record: RolloutRecord, *, delete: bool) -> None:
+    """After a promotion: the old version scaled to 0, or deleted (off the route first), and
+    the record ended."""
+    lock = pool_target(namespace, record.old_pool)
+    await perform(ScaleDeployment(kube, namespace, record.old_deployment, 0, lock),
+                  dry_run=False)
+    ended = ended_annotations(record, "completed", _now())
+    if not delete:
+        await perform(RecordRollout(kube, apis, namespace, route, lock, ended,
+                                    what="rollout completed"), dry_run=False)
+        return
+    api = apis.inference_pool
+    old = PoolRef(api.group, namespace, record.old_pool)
+    await perform(RemoveBackend(kube, apis, namespace, route, lock, ended, pool=old),
+                  dry_run=False)
+    for api_version, kind, name in (("apps/v1", "Deployment", record.old_deployment),
+                                    (api.api_version, "InferencePool", record.old_pool)):
+        await perform(DeleteObject(kube, api_version, kind, namespace, name, lock),
+                      dry_run=False)
+
+
+def check_resumable(plan: Plan) -> None:
+    if plan.record is not None and plan.record.new_pool == plan.old.pool.name:
+        raise ConfigError("pool", f"InferencePool {plan.old.pool.ref} is the new version of "
+                          f"a rollout from {plan.record.old_pool} still recorded on HTTPRoute "
+                          f"{plan.route}; finish or abort that one first")

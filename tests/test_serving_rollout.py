@@ -1,0 +1,340 @@
+"""The serving-rollout flow end to end: simcluster over HTTP (a fast clock, vLLM replicas behind
+InferencePools with their endpoint pickers, an HTTPRoute, the `bad-version` fault by image
+glob), a real Prometheus scraping it, a real Prefect server and the Slack fake.
+
+Windows are short and the simulated clock runs 20x, so a window of a few seconds holds
+minutes of traffic; nothing here asserts on time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from gpuops.blocks.connections import KubernetesCluster, SlackConnection
+from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.blocks.rollout import RolloutPolicy
+from gpuops.common.annotations import ROLLOUT, ROLLOUT_LAST
+from gpuops.deployments.services import host_port
+from gpuops.flows.serving_rollout import serving_rollout
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+NS = "inference"
+MODEL = "llama-3-8b"
+GROUP = "inference.networking.k8s.io"
+ROUTE_GROUP = "gateway.networking.k8s.io"
+OLD_IMAGE = "vllm/vllm-openai:v0.11.0"
+SPEED = 20.0
+SIGNING_SECRET = "test-signing-secret"
+
+
+class Stack:
+    """A GPU node and the llama stack as the default scenario has it: a vLLM Deployment, its
+    InferencePool with an endpoint picker (Service + Deployment), an HTTPRoute; made through
+    the official client as a user would."""
+
+    def __init__(self, sim, gpus: int = 8) -> None:
+        self.sim = sim
+        self.core = client.CoreV1Api(sim.api)
+        self.apps = client.AppsV1Api(sim.api)
+        self.custom = client.CustomObjectsApi(sim.api)
+        self.core.create_namespace({"metadata": {"name": NS}})
+        capacity = {"cpu": "96", "memory": "1024Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+        self.core.create_node({
+            "metadata": {"name": "gpu-node-0",
+                         "labels": {"nvidia.com/gpu.product": "NVIDIA-L4"}},
+            "status": {"capacity": capacity, "allocatable": capacity,
+                       "conditions": [{"type": "Ready", "status": "True",
+                                       "reason": "KubeletReady"}]}})
+
+    def deploy(self, replicas: int = 2) -> None:
+        labels = {"app": MODEL, "app.kubernetes.io/name": "vllm"}
+        self.apps.create_namespaced_deployment(NS, {
+            "metadata": {"name": MODEL, "labels": labels},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": MODEL}},
+                     "template": {
+                         "metadata": {"labels": labels, "annotations": {
+                             "sim.gpuops.io/pull-seconds": "10",
+                             "sim.gpuops.io/load-seconds": "20",
+                             "sim.gpuops.io/capacity-rps": "30",
+                             "sim.gpuops.io/warmup-seconds": "40"}},
+                         "spec": {
+                             "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+                             "containers": [{
+                                 "name": "vllm", "image": OLD_IMAGE,
+                                 "args": ["--model", "meta-llama/Llama-3.1-8B-Instruct",
+                                          "--served-model-name", MODEL, "--port", "8000"],
+                                 "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                                 "readinessProbe": {"httpGet": {"path": "/health",
+                                                                "port": 8000}}}]}}}})
+        self.custom.create_namespaced_custom_object(GROUP, "v1", NS, "inferencepools", {
+            "apiVersion": f"{GROUP}/v1", "kind": "InferencePool",
+            "metadata": {"name": MODEL, "annotations": {"sim.gpuops.io/model": MODEL}},
+            "spec": {"selector": {"matchLabels": {"app": MODEL}},
+                     "targetPorts": [{"number": 8000}],
+                     "endpointPickerRef": {"name": f"{MODEL}-epp", "port": {"number": 9002}}}})
+        epp = {"app": f"{MODEL}-epp"}
+        self.apps.create_namespaced_deployment(NS, {
+            "metadata": {"name": f"{MODEL}-epp", "labels": epp},
+            "spec": {"replicas": 1, "selector": {"matchLabels": epp},
+                     "template": {"metadata": {"labels": epp}, "spec": {"containers": [{
+                         "name": "epp",
+                         "image": "registry.k8s.io/gateway-api-inference-extension/epp:v1.0.0",
+                         "args": ["--pool-name", MODEL, "--pool-namespace", NS,
+                                  "--grpc-port", "9002"]}]}}}})
+        self.core.create_namespaced_service(NS, {
+            "metadata": {"name": f"{MODEL}-epp"},
+            "spec": {"selector": epp, "ports": [{"name": "grpc", "port": 9002,
+                                                 "targetPort": 9002}]}})
+        self.custom.create_namespaced_custom_object(ROUTE_GROUP, "v1", NS, "httproutes", {
+            "apiVersion": f"{ROUTE_GROUP}/v1", "kind": "HTTPRoute",
+            "metadata": {"name": MODEL, "annotations": {"sim.gpuops.io/model": MODEL}},
+            "spec": {"parentRefs": [{"name": "inference-gateway"}], "rules": [{
+                "backendRefs": [{"group": GROUP, "kind": "InferencePool", "name": MODEL,
+                                 "weight": 100}]}]}})
+        wait_for(lambda: self.ready_pods(MODEL) == replicas, timeout=60, interval=0.2,
+                 message=f"{replicas} old replicas Ready")
+
+    def ready_pods(self, app: str) -> int:
+        pods = self.core.list_namespaced_pod(NS, label_selector=f"app={app}").items
+        return sum(1 for p in pods if any(c.type == "Ready" and c.status == "True"
+                                          for c in p.status.conditions or ()))
+
+    def route(self) -> dict:
+        return self.custom.get_namespaced_custom_object(ROUTE_GROUP, "v1", NS, "httproutes",
+                                                        MODEL)
+
+    def weights(self) -> dict[str, int]:
+        [rule] = self.route()["spec"]["rules"]
+        return {b["name"]: b.get("weight", 1) for b in rule["backendRefs"]}
+
+    def deployments(self) -> dict[str, int]:
+        return {d.metadata.name: d.spec.replicas
+                for d in self.apps.list_namespaced_deployment(NS).items}
+
+    def pools(self) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in self.custom.list_namespaced_custom_object(
+            GROUP, "v1", NS, "inferencepools")["items"])
+
+    def snapshot(self) -> dict[str, Any]:
+        route = self.route()
+        return {"route": (route["spec"], route["metadata"].get("annotations")),
+                "deployments": self.deployments(), "pools": self.pools(),
+                "services": sorted(s.metadata.name for s in
+                                   self.core.list_namespaced_service(NS).items)}
+
+
+def save_blocks(stack: Stack, prometheus: str, slack_fake, **policy: Any) -> dict[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    names = {"cluster_block": f"cluster-{suffix}", "slack_block": f"slack-{suffix}",
+             "policy_block": f"approvals-{suffix}", "rollout_block": f"rollout-{suffix}"}
+    values = {"window_s": 4, "step_timeout_s": 20, "poll_s": 1, "min_requests": 40,
+              "ready_timeout_s": 60, "warmup_requests": 5, "warmup_interval_s": 1,
+              "keep_old_s": 1, "approve": "none", "prometheus_url": prometheus,
+              "notify_channel": "#rollouts", **policy}
+
+    async def save() -> None:
+        await KubernetesCluster(cluster_name="test", kubeconfig_path=str(stack.sim.kubeconfig)
+                                ).save(names["cluster_block"], overwrite=True)
+        await SlackConnection(bot_token="xoxb-test-token", signing_secret=SIGNING_SECRET,
+                              base_url=slack_fake.base_url, default_channel="#ops"
+                              ).save(names["slack_block"], overwrite=True)
+        await ApprovalPolicy(approvers=["UALICE"], channel="#ops", timeout_s=120,
+                             poll_interval_s=1, expiry_grace_s=60
+                             ).save(names["policy_block"], overwrite=True)
+        await RolloutPolicy(**values).save(names["rollout_block"], overwrite=True)
+
+    asyncio.run(save())
+    return names
+
+
+@pytest.fixture
+def stack(sim_factory) -> Stack:
+    demand = {"demand": {MODEL: {"baseRps": 40, "peakRps": 40}}}
+    return Stack(sim_factory("empty", speed=SPEED, extra=demand))
+
+
+@pytest.fixture
+def served(stack, prometheus_scraping, slack_fake, prefect_server):
+    """The stack serving, scraped by Prometheus, and the Blocks a rollout uses (the policy's
+    values from the test's `policy` marker)."""
+    def make(**policy: Any) -> dict[str, str]:
+        stack.deploy()
+        prometheus = prometheus_scraping(host_port(stack.sim.url))
+        return save_blocks(stack, prometheus, slack_fake, **policy)
+    return make
+
+
+def rollout(blocks: dict[str, str], **params: Any) -> Any:
+    return asyncio.run(serving_rollout(pool=f"{NS}/{MODEL}", **blocks, **params,
+                                       return_state=True))
+
+
+def timeline(state: Any) -> list[tuple[int, str]]:
+    """(new %, outcome) of each step, from the run's timeline artifact."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async def read() -> list[Any]:
+        async with get_client() as c:
+            return await c.read_artifacts(artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+
+    [table] = [a for a in asyncio.run(read()) if a.key == "serving-rollout-timeline"]
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    return [(int(r["new %"]), r["outcome"]) for r in rows]
+
+
+def new_pool_of(stack: Stack) -> str:
+    [new] = [p for p in stack.pools() if p != MODEL]
+    return new
+
+
+def test_a_good_version_rolls_out_to_100_percent_and_the_old_is_scaled_to_zero(
+        stack, served):
+    blocks = served()
+    state = rollout(blocks, image="vllm/vllm-openai:v0.12.0")
+
+    assert state.is_completed(), state.message
+    summary = state.result()
+    assert timeline(state) == [(1, "passed"), (5, "passed"), (25, "passed"), (50, "passed")]
+    new = new_pool_of(stack)
+    assert new.startswith(f"{MODEL}-") and summary["new_pool"] == new
+    assert stack.weights() == {MODEL: 0, new: 100}
+    annotations = stack.route()["metadata"]["annotations"]
+    assert ROLLOUT not in annotations and annotations[ROLLOUT_LAST].startswith("completed")
+    deployments = stack.deployments()
+    assert deployments[MODEL] == 0  # kept, scaled to 0 after keep_old_s
+    [new_deployment] = [d for d in deployments if d.startswith(MODEL + "-") and "epp" not in d]
+    assert deployments[new_deployment] == 2
+    assert stack.ready_pods(new) == 2  # the new pods carry the new pool's app label
+    pod = stack.core.list_namespaced_pod(NS, label_selector=f"app={new}").items[0]
+    assert pod.spec.containers[0].image == "vllm/vllm-openai:v0.12.0"
+    assert "--served-model-name" in pod.spec.containers[0].args  # clients see the same model
+    # The new pool has its own endpoint picker, pointed at it.
+    epp = stack.apps.read_namespaced_deployment(f"{new}-epp", NS)
+    assert epp.spec.template.spec.containers[0].args[:2] == ["--pool-name", new]
+    pool = stack.custom.get_namespaced_custom_object(GROUP, "v1", NS, "inferencepools", new)
+    assert pool["spec"]["endpointPickerRef"]["name"] == f"{new}-epp"
+    stack.core.read_namespaced_service(f"{new}-epp", NS)
+
+
+def test_a_bad_version_is_rolled_back_at_the_first_step_with_enough_requests(
+        stack, served, slack_fake):
+    blocks = served(min_requests=100)
+    stack.sim.fault("bad-version", image="vllm/vllm-openai:v0.12.*", ttft_factor=2,
+                    error_rate=0.08)
+    state = rollout(blocks, image="vllm/vllm-openai:v0.12.0")
+
+    assert state.name == "RolledBack", state.message
+    assert timeline(state) == [(1, "failed")]  # the 1 % window waited, then failed
+    assert "error_ratio" in state.message
+    new = new_pool_of(stack)
+    assert stack.weights() == {MODEL: 100, new: 0}
+    annotations = stack.route()["metadata"]["annotations"]
+    assert ROLLOUT not in annotations and annotations[ROLLOUT_LAST].startswith("rolled-back")
+    deployments = stack.deployments()
+    assert deployments[MODEL] == 2 and stack.ready_pods(MODEL) == 2  # the old kept serving
+    assert all(replicas == 0 for name, replicas in deployments.items()
+               if name not in (MODEL, f"{MODEL}-epp"))  # the new version and its picker
+    # A message says which gate failed, with the numbers.
+    [message] = [m for m in slack_fake.messages() if m.get("channel") in ("#rollouts",)
+                 or "rolled back" in m.get("text", "")]
+    text = json.dumps(message["blocks"])
+    assert "rolled back" in message["text"] and "error_ratio" in text and "FAIL" in text
+
+
+def prometheus_missing_new_pools(tmp_path) -> Any:
+    """A real Prometheus whose scrape config drops the series of every pool but the old one
+    (as a PodMonitor that selects the old pods' labels only would)."""
+    import subprocess
+    import urllib.request
+
+    import yaml
+
+    from gpuops.deployments.services import free_port
+
+    def start(target: str) -> tuple[str, subprocess.Popen]:
+        root = tmp_path / "prometheus-missing"
+        root.mkdir()
+        (root / "prometheus.yml").write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s"},
+            "scrape_configs": [{"job_name": "sim", "static_configs": [{"targets": [target]}],
+                                "metric_relabel_configs": [{
+                                    "source_labels": ["inference_pool"], "action": "drop",
+                                    "regex": f"{MODEL}-[0-9a-f]{{6}}"}]}]}))
+        port = free_port()
+        proc = subprocess.Popen(
+            ["prometheus", f"--config.file={root / 'prometheus.yml'}",
+             f"--storage.tsdb.path={root / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: urllib.request.urlopen(f"{url}/-/ready", timeout=2).status == 200,
+                 timeout=20, message="Prometheus ready")
+        return url, proc
+
+    return start
+
+
+def test_missing_metrics_fail_closed_and_nothing_is_left_half_done(
+        stack, slack_fake, prefect_server, tmp_path):
+    stack.deploy()
+    url, proc = prometheus_missing_new_pools(tmp_path)(host_port(stack.sim.url))
+    try:
+        blocks = save_blocks(stack, url, slack_fake)
+        before = stack.snapshot()
+        state = rollout(blocks, image="vllm/vllm-openai:v0.12.0", args=["--max-num-seqs=512"])
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+    assert state.name == "RolledBack", state.message
+    assert timeline(state) == [(1, "failed")]
+    assert "no data" in state.message and "no vllm:request_success_total series" in \
+        state.message
+    new = new_pool_of(stack)
+    assert stack.weights() == {MODEL: 100, new: 0}
+    after = stack.snapshot()
+    assert after["deployments"][MODEL] == before["deployments"][MODEL] == 2
+    assert all(n == 0 for d, n in after["deployments"].items()
+               if d not in before["deployments"])
+    assert ROLLOUT not in (after["route"][1] or {})
+    assert stack.ready_pods(MODEL) == 2
+
+
+BAD_PARAMETERS = [
+    ({"pool": f"{NS}/no-such-pool", "image": "vllm/vllm-openai:v0.12.0"}, "pool",
+     "no InferencePool 'no-such-pool'"),
+    ({"image": "vllm/vllm-openai:v0.12.0", "steps": [1, 50, 20, 100]}, "steps[2]",
+     "must be above the step before it"),
+    ({"image": "vllm/vllm-openai:v0.12.0", "steps": [1, 5, 50]}, "steps", "must end at 100"),
+    ({"image": "vllm/vllm-openai:v0.12.0", "gates": [{"metric": "ttft_p95", "factor": 1.2}]},
+     "gates[0].metric", "unknown metric 'ttft_p95'"),
+    ({"image": "not an image"}, "image", "container image reference"),
+    ({}, "image", "no new version given"),
+    ({"image": OLD_IMAGE}, "image", "the new version is the one serving now"),
+    ({"args": ["max-num-seqs=512"]}, "args[0]", "must be `--flag=value`"),
+    ({"image": "vllm/vllm-openai:v0.12.0", "mode": "blue-green"}, "mode",
+     "blue-green needs room for 2 new replica(s)"),
+    ({"image": "vllm/vllm-openai:v0.12.0", "window_s": -4}, "window_s", "must be > 0"),
+]
+
+
+def test_bad_parameters_get_clear_errors_naming_the_field_and_change_nothing(
+        sim_factory, slack_fake, prefect_server):
+    stack = Stack(sim_factory("empty", speed=SPEED), gpus=3)  # room for 1 more replica only
+    stack.deploy()
+    blocks = save_blocks(stack, "http://127.0.0.1:9", slack_fake)
+    before = stack.snapshot()
+    for params, field, message in BAD_PARAMETERS:
+        params = {"pool": f"{NS}/{MODEL}", **params}
+        state = asyncio.run(serving_rollout(**blocks, **params, return_state=True))
+        assert state.is_failed(), (params, state.message)
+        assert f"{field}: " in state.message and message in state.message, state.message
+    assert stack.snapshot() == before
