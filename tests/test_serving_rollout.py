@@ -19,9 +19,12 @@ from gpuops.blocks.connections import KubernetesCluster, SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.blocks.rollout import RolloutPolicy
 from gpuops.common.annotations import ROLLOUT, ROLLOUT_LAST
-from gpuops.deployments.services import host_port
+from gpuops.deployments.services import free_port, host_port
 from gpuops.flows.serving_rollout import serving_rollout
+from gpuops.sensors.slack_receiver import build_receiver, serve_http
+from tests import helpers
 from tests.helpers import wait_for
+from tests.test_approvals import SIGNING_SECRET, Receiver, run_id_of, wait_paused
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -31,7 +34,6 @@ GROUP = "inference.networking.k8s.io"
 ROUTE_GROUP = "gateway.networking.k8s.io"
 OLD_IMAGE = "vllm/vllm-openai:v0.11.0"
 SPEED = 20.0
-SIGNING_SECRET = "test-signing-secret"
 
 
 class Stack:
@@ -338,3 +340,54 @@ def test_bad_parameters_get_clear_errors_naming_the_field_and_change_nothing(
         assert state.is_failed(), (params, state.message)
         assert f"{field}: " in state.message and message in state.message, state.message
     assert stack.snapshot() == before
+
+
+class RolloutThread(helpers.FlowThread):
+    def run_flow(self, **params: Any) -> Any:
+        return asyncio.run(serving_rollout(**params, return_state=True))
+
+
+def _receiver(slack_fake) -> Receiver:
+    conn = SlackConnection(bot_token="xoxb-test-token", signing_secret=SIGNING_SECRET,
+                           base_url=slack_fake.base_url)
+    port = free_port()
+    runner = slack_fake.loop.run(serve_http(build_receiver(conn), "127.0.0.1", port))
+    slack_fake.loop.on_stop(runner.cleanup)
+    return Receiver(f"http://127.0.0.1:{port}/slack/events")
+
+
+def _approval_request(slack_fake) -> dict:
+    def find() -> dict | None:
+        return next((m for m in slack_fake.messages()
+                     if any(b.get("type") == "header" and "Approval needed" in b["text"]["text"]
+                            for b in m.get("blocks") or [])), None)
+    return wait_for(find, timeout=120, message="the approval request in Slack")
+
+
+def test_a_rejection_before_100_percent_rolls_back_and_the_old_version_keeps_serving(
+        stack, served, slack_fake):
+    blocks = served(approve="final")
+    slack_fake.post("/_fake/usergroups", {"usergroup": "SOPS", "users": []})
+    receiver = _receiver(slack_fake)
+    run = RolloutThread(pool=f"{NS}/{MODEL}", image="vllm/vllm-openai:v0.12.0", **blocks)
+
+    message = _approval_request(slack_fake)
+    text = json.dumps(message["blocks"])
+    assert "to 100 %" in message["text"]
+    # The approver sees every judged step and each gate's numbers so far.
+    for shown in ("step 4 (50 %)", "ttft_p90", "error_ratio", "limit", "passed"):
+        assert shown in text, shown
+    new = new_pool_of(stack)
+    assert stack.weights() == {MODEL: 50, new: 50}  # nothing beyond 50 % before the answer
+    wait_paused(run_id_of(message))
+    assert receiver.click(message, "gpuops_reject", "UALICE")[0] == 200
+    state = run.result(timeout=120)
+
+    assert state.name == "RolledBack", state.message
+    assert "not approved" in state.message and "UALICE" in state.message
+    assert timeline(state)[-1] == (100, "rejected")
+    assert stack.weights() == {MODEL: 100, new: 0}
+    deployments = stack.deployments()
+    assert deployments[MODEL] == 2 and stack.ready_pods(MODEL) == 2
+    assert deployments[new] == 0  # the new Deployment bears the new pool's name
+    assert ROLLOUT not in stack.route()["metadata"]["annotations"]
