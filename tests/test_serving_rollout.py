@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 import uuid
 from typing import Any
 
@@ -391,3 +395,76 @@ def test_a_rejection_before_100_percent_rolls_back_and_the_old_version_keeps_ser
     assert deployments[MODEL] == 2 and stack.ready_pods(MODEL) == 2
     assert deployments[new] == 0  # the new Deployment bears the new pool's name
     assert ROLLOUT not in stack.route()["metadata"]["annotations"]
+
+
+def _record(stack: Stack) -> dict | None:
+    text = (stack.route()["metadata"].get("annotations") or {}).get(ROLLOUT)
+    return json.loads(text) if text else None
+
+
+async def _mark_crashed(run_id: str) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.states import Crashed
+
+    async with get_client() as c:
+        await c.set_flow_run_state(uuid.UUID(run_id), Crashed(message="process killed"),
+                                   force=True)
+
+
+def test_a_run_killed_mid_rollout_is_resumed_by_the_next_run(stack, served, tmp_path):
+    # The killed run's slots free themselves after their 60 s lease: the next run waits.
+    blocks = served(lock_timeout_s=150)
+    params = {"pool": f"{NS}/{MODEL}", "image": "vllm/vllm-openai:v0.12.0", **blocks}
+    code = ("import asyncio, json, sys; from gpuops.flows.serving_rollout import "
+            "serving_rollout; asyncio.run(serving_rollout(**json.loads(sys.argv[1])))")
+    killed = subprocess.Popen([sys.executable, "-c", code, json.dumps(params)],
+                              stdout=subprocess.DEVNULL,
+                              stderr=(tmp_path / "killed.log").open("w"),
+                              start_new_session=True)
+    try:
+        record = wait_for(lambda: (r := _record(stack)) and r["weight"] == 5 and r,
+                          timeout=120, interval=0.2, message="the rollout at its 5 % step")
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait(10)
+    new = record["new_pool"]
+    # What the crash left: the route points at two serving versions, and says so.
+    assert stack.weights() == {MODEL: 95, new: 5}
+    assert stack.ready_pods(MODEL) == 2 and stack.ready_pods(new) == 2
+    assert _record(stack)["run"] == record["run"]
+    asyncio.run(_mark_crashed(record["run"]))  # what Prefect's heartbeat detection does
+
+    state = rollout(blocks, image="vllm/vllm-openai:v0.12.0")
+
+    assert state.is_completed(), state.message
+    steps = timeline(state)
+    assert steps[0][0] == 5 and [w for w, _ in steps] == [5, 25, 50]  # resumed, not restarted
+    assert all(outcome == "passed" for _, outcome in steps)
+    assert stack.weights() == {MODEL: 0, new: 100}
+    assert _record(stack) is None
+    assert stack.pools() == sorted([MODEL, new])  # the same new version, not a second one
+    assert stack.deployments()[new] == 2 and stack.deployments()[MODEL] == 0
+
+
+def test_two_rollouts_on_one_pool_never_interleave(stack, served, slack_fake):
+    blocks = served(approve="final", lock_timeout_s=2)
+    receiver = _receiver(slack_fake)
+    first = RolloutThread(pool=f"{NS}/{MODEL}", image="vllm/vllm-openai:v0.12.0", **blocks)
+    message = _approval_request(slack_fake)  # the first run waits at 50 %, holding the pool
+    wait_paused(run_id_of(message))
+    new = new_pool_of(stack)
+    before = stack.snapshot()
+
+    # Another version on the same pool, and a rollout from the first one's new pool (same
+    # route): both end Busy and change nothing.
+    for pool, image in ((MODEL, "vllm/vllm-openai:v0.13.0"), (new, "vllm/vllm-openai:v0.13.0")):
+        other = asyncio.run(serving_rollout(pool=f"{NS}/{pool}", image=image, **blocks,
+                                            return_state=True))
+        assert other.name == "Busy" and other.is_failed(), other.message
+        assert "nothing was changed" in other.message
+    assert stack.snapshot() == before
+
+    assert receiver.click(message, "gpuops_approve", "UALICE")[0] == 200
+    state = first.result(timeout=120)
+    assert state.is_completed(), state.message
+    assert stack.weights() == {MODEL: 0, new: 100}

@@ -46,6 +46,10 @@ from gpuops.tasks.rollout.preflight import Plan, preflight
 from gpuops.tasks.rollout.run import Course, Result, check_resumable, retire_old, roll_back
 from gpuops.tasks.rollout.timeline import timeline_rows
 
+# The slots are renewed while held; a killed run's free themselves this soon (the server
+# refuses leases under 60 s), so the next run can resume or roll back what it left.
+SLOT_LEASE_S = 60.0
+
 
 def _spec(policy: RolloutPolicy, **given: Any) -> RolloutSpec:
     """The run's parameters over the Block's defaults (None: the Block's)."""
@@ -102,7 +106,6 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
 
     async with recording_actions():
         plan = await asyncio.to_thread(preflight, kube, spec, run_id)
-        check_resumable(plan)
         await acreate_markdown_artifact(
             key="serving-rollout-plan", description="The rollout's plan",
             markdown=f"# Serving rollout{' (dry run)' if dry_run else ''}\n\n"
@@ -123,7 +126,8 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
                    route_target(plan.route.namespace, plan.route.name)]
         result: Result | None = None
         try:
-            async with hold_targets(targets, timeout_s=policy.lock_timeout_s):
+            async with hold_targets(targets, timeout_s=policy.lock_timeout_s,
+                                    lease_s=SLOT_LEASE_S):
                 settled = await _settle_leftovers(kube, spec, run_id, plan)
                 if isinstance(settled, str):
                     return Failed(name="Busy", message=settled)
@@ -152,6 +156,7 @@ async def _settle_leftovers(kube: Kube, spec: RolloutSpec, run_id: str, plan: Pl
     why this run must not act (that run is still going)."""
     record = plan.record
     if record is None or record.run == run_id:
+        check_resumable(plan)
         return plan
     if await run_is_active(record.run):
         return (f"flow run {record.run} is rolling out {record.old_pool} -> "

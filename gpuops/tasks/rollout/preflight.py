@@ -139,7 +139,9 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
                  deployment=deployment, change=spec.change, run_id=run_id,
                  container=spec.container, epp_service=service, epp_deployment=epp_deployment)
     new_ref = PoolRef(view.pool.ref.group, namespace, new.pool_name)
-    weight_patch(route, view.pool.ref, new_ref, WeightSplit(100, 0))  # the route can carry it
+    ours = record is not None and record.old_pool == name and record.version == new.digest
+    if record is None or ours:  # (another rollout's route is checked once that one is settled)
+        weight_patch(route, view.pool.ref, new_ref, WeightSplit(100, 0))  # it can carry it
     if record is None and not any(old for old, _ in
                                   current_split(route, view.pool.ref, new_ref).values()):
         raise ConfigError("pool", f"InferencePool {view.pool.ref} gets no traffic on HTTPRoute "
@@ -148,7 +150,8 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
     pod_spec = new.deployment["spec"]["template"].get("spec") or {}
     room = room_for(pod_spec, new.gpus_per_replica, kube.list_nodes(), kube.list_pods())
     mode: ChosenMode
-    if record is not None and record.old_pool == name and record.version == new.digest:
+    if ours:
+        assert record is not None
         mode = "fixed-capacity" if record.mode == "fixed-capacity" else "blue-green"
     else:
         mode = choose_mode(spec.mode, room, new.replicas, new.gpus_per_replica,
