@@ -468,3 +468,57 @@ def test_two_rollouts_on_one_pool_never_interleave(stack, served, slack_fake):
     state = first.result(timeout=120)
     assert state.is_completed(), state.message
     assert stack.weights() == {MODEL: 0, new: 100}
+
+
+def _no_pod_pending(stack: Stack) -> bool:
+    pods = stack.core.list_namespaced_pod(NS).items
+    return all(p.status.phase == "Running" for p in pods if p.metadata.deletion_timestamp is None)
+
+
+def _failed_scheduling(stack: Stack) -> list[str]:
+    return [e.involved_object.name for e in stack.core.list_namespaced_event(NS).items
+            if e.reason == "FailedScheduling"]
+
+
+@pytest.fixture
+def full_stack(sim_factory) -> Stack:
+    """Four replicas on a node with four GPUs: no room for a new copy beside them."""
+    demand = {"demand": {MODEL: {"baseRps": 40, "peakRps": 40}}}
+    return Stack(sim_factory("empty", speed=SPEED, extra=demand), gpus=4)
+
+
+def test_without_spare_gpus_fixed_capacity_moves_one_replica_at_a_time_to_100_percent(
+        full_stack, prometheus_scraping, slack_fake, prefect_server):
+    stack = full_stack
+    stack.deploy(replicas=4)
+    blocks = save_blocks(stack, prometheus_scraping(host_port(stack.sim.url)), slack_fake,
+                         min_requests=30)
+    state = rollout(blocks, image="vllm/vllm-openai:v0.12.0")
+
+    assert state.is_completed(), state.message
+    assert state.result()["mode"] == "fixed-capacity"
+    assert timeline(state) == [(25, "passed"), (50, "passed"), (75, "passed")]
+    new = new_pool_of(stack)
+    assert stack.weights() == {MODEL: 0, new: 100}
+    assert stack.deployments()[MODEL] == 0 and stack.ready_pods(new) == 4
+    # New replicas were only created once an old one had given its GPU back: none waited.
+    assert _no_pod_pending(stack) and _failed_scheduling(stack) == []
+
+
+def test_a_bad_version_in_fixed_capacity_mode_is_rolled_back_to_the_old_replicas(
+        full_stack, prometheus_scraping, slack_fake, prefect_server):
+    stack = full_stack
+    stack.deploy(replicas=4)
+    blocks = save_blocks(stack, prometheus_scraping(host_port(stack.sim.url)), slack_fake,
+                         min_requests=30)
+    stack.sim.fault("bad-version", image="vllm/vllm-openai:v0.12.*", ttft_factor=2,
+                    error_rate=0.1)
+    state = rollout(blocks, image="vllm/vllm-openai:v0.12.0")
+
+    assert state.name == "RolledBack", state.message
+    assert timeline(state) == [(25, "failed")]
+    new = new_pool_of(stack)
+    assert stack.weights() == {MODEL: 100, new: 0}
+    assert stack.deployments()[new] == 0 and stack.deployments()[MODEL] == 4
+    wait_for(lambda: stack.ready_pods(MODEL) == 4 and _no_pod_pending(stack), timeout=60,
+             interval=0.2, message="the old version back at 4 Ready replicas, nothing Pending")
