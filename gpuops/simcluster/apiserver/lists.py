@@ -23,8 +23,9 @@ from ..core.selectors import (
     parse_label_selector,
 )
 from ..core.store import Store
-from .codecs import list_response, query_int
+from .codecs import query_int
 from .routing import Target
+from .views import View
 
 
 class Lister:
@@ -32,20 +33,20 @@ class Lister:
         self.store = store
         self._sorted_keys: dict[str, tuple[int, list[tuple[str, str]]]] = {}
 
-    async def list(self, request: web.Request, t: Target) -> web.Response:
+    async def list(self, request: web.Request, t: Target, view: View) -> web.Response:
         q = request.query
         labels = parse_label_selector(q.get("labelSelector"))
         fields = parse_field_selector(q.get("fieldSelector"), t.rtype.kind)
         limit = query_int(q, "limit") or 0
         if not limit:
             items = self.store.list(t.rtype, t.namespace, labels, fields)
-            return list_response(self.body(t.rtype, items, None))
+            return view.list_response(self.body(t.rtype, items, None))
         start_after, snapshot_rv = _decode_continue(q.get("continue"))
         page, next_key = self._page(t, labels, fields, limit, start_after)
         token = None
         if next_key is not None:
             token = _encode_continue(next_key, snapshot_rv or self.store.resource_version)
-        return list_response(self.body(t.rtype, page, token, snapshot_rv))
+        return view.list_response(self.body(t.rtype, page, token, snapshot_rv))
 
     def body(self, rt: ResourceType, items: builtins.list[dict], token: str | None,
              rv: int | None = None) -> dict[str, Any]:

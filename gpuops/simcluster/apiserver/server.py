@@ -3,7 +3,8 @@
 Only the HTTP shape lives here; semantics (versions, conflicts, watch history) are the
 store's, what differs per resource its strategy's (`core/registry/`, through
 `core/admission.py`), lists are `lists.py`'s, watches `watch.py`'s, deletion `deletion.py`'s,
-pod subresources (log, eviction, binding, proxy) `pods.py`'s. A bad request it detects is a
+pod subresources (log, eviction, binding, proxy) `pods.py`'s; the form a read answers in
+(JSON, a Table of `printers/`, PartialObjectMetadata) `views.py`'s. A bad request it detects is a
 400 naming what is wrong; an exception from simcluster's own code is a 500 InternalError, as
 kube-apiserver answers.
 """
@@ -24,13 +25,15 @@ from ..core.intfields import check_integer_fields
 from ..core.logs import LogStore
 from ..core.patching import apply_patch
 from ..core.podproxy import PodProxy
+from ..core.resources import ResourceType
 from ..core.store import Store
-from . import discovery
+from . import discovery, tables, views
 from .codecs import check_kind, dry_run, error_response, json_response, read_body
 from .deletion import Deletion
 from .faults import ApiFaults, register_api_faults
 from .lists import Lister
 from .pods import PodSubresources
+from .printers import printer_for
 from .routing import Target, not_found, resolve
 from .scale import scale_of, set_scale
 from .watch import watch
@@ -49,6 +52,7 @@ class ApiServer:
         runs, so Orphan and Foreground deletion hold nothing back); `pod_proxy`: what answers
         on pods' ports (None: nothing does)."""
         self.store = store
+        self.clock = clock
         self.faults = ApiFaults()
         self.lister = Lister(store)
         self.deletion = Deletion(store, self.lister, has_dependents)
@@ -116,16 +120,21 @@ class ApiServer:
         method = request.method
         if t.name is None:
             if method == "GET":
-                return await (watch(self.store, request, t) if t.watch
-                              else self.lister.list(request, t))
+                view = self._view(request, t.rtype)
+                return await (watch(self.store, request, t, view) if t.watch
+                              else self.lister.list(request, t, view))
             if method == "POST":
                 return await self.create(request, t)
             if method == "DELETE":
                 return await self.deletion.delete_collection(request, t)
         elif t.subresource in (None, "status", "scale", "finalize"):
+            if method == "GET" and t.watch and t.subresource is None:  # one object's watch
+                return await watch(self.store, request, t, self._view(request, t.rtype))
             if method == "GET":
                 obj = self.store.get(t.rtype, t.namespace, t.name)
-                return json_response(scale_of(obj) if t.subresource == "scale" else obj)
+                if t.subresource == "scale":
+                    return json_response(scale_of(obj))
+                return self._view(request, t.rtype).object_response(obj)
             if method == "PUT":
                 return await self.replace(request, t)
             if method == "PATCH":
@@ -142,6 +151,24 @@ class ApiServer:
             return await self.pods.proxy(request, t.namespace or "", t.name, t.proxy_path)
         raise errors.method_not_allowed(f"the server does not allow this method on the "
                                         f"requested resource ({method} {request.path})")
+
+    def _view(self, request: web.Request, rt: ResourceType) -> views.View:
+        """The form a read answers in (JSON, Table, PartialObjectMetadata), from its Accept
+        header; a Table uses the resource's printer and the cluster's clock for ages."""
+        wanted = views.negotiate(request.headers.get("Accept"))
+        if wanted.form == "json":
+            return views.JSON_VIEW
+        if wanted.form != "Table":
+            return views.MetadataView(wanted)
+        include = tables.include_object(request.query.get("includeObject"))
+        crd = None
+        if not rt.builtin:
+            crd_type = self.store.registry.get("apiextensions.k8s.io", "v1",
+                                               "customresourcedefinitions")
+            if crd_type is not None:
+                crd = self.store.find(crd_type, None, f"{rt.plural}.{rt.group}")
+        printer = printer_for(rt.group, rt.version, rt.kind, builtin=rt.builtin, crd=crd)
+        return views.TableView(printer, include, self.clock.time, wanted.api_version)
 
     # --- writes --------------------------------------------------------------------------------
 

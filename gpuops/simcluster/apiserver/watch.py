@@ -19,15 +19,17 @@ from ..core import errors
 from ..core.resources import ResourceType
 from ..core.selectors import parse_field_selector, parse_label_selector, selecting_name
 from ..core.store import Store, Watcher
-from .codecs import JSON, encoded_events, query_float
+from .codecs import JSON, query_float
 from .routing import Target
+from .views import View
 
 BOOKMARK_EVERY_S = 5.0
 DEFAULT_TIMEOUT_S = 1800.0
 BATCH_EVENTS = 500  # queued events sent in one write at most
 
 
-async def watch(store: Store, request: web.Request, t: Target) -> web.StreamResponse:
+async def watch(store: Store, request: web.Request, t: Target, view: View
+                ) -> web.StreamResponse:
     q = request.query
     labels = parse_label_selector(q.get("labelSelector"))
     fields = parse_field_selector(q.get("fieldSelector"), t.rtype.kind)
@@ -47,7 +49,7 @@ async def watch(store: Store, request: web.Request, t: Target) -> web.StreamResp
         return response
     deadline = time.monotonic() + timeout
     try:
-        await _stream(store, response, watcher, t.rtype, deadline, bookmarks)
+        await _stream(store, response, watcher, t.rtype, deadline, bookmarks, view)
     except ConnectionResetError:
         pass  # the client went away
     finally:
@@ -56,7 +58,7 @@ async def watch(store: Store, request: web.Request, t: Target) -> web.StreamResp
 
 
 async def _stream(store: Store, response: web.StreamResponse, watcher: Watcher,
-                  rt: ResourceType, deadline: float, bookmarks: bool) -> None:
+                  rt: ResourceType, deadline: float, bookmarks: bool, view: View) -> None:
     next_bookmark = time.monotonic() + BOOKMARK_EVERY_S
     while True:
         now = time.monotonic()
@@ -72,14 +74,14 @@ async def _stream(store: Store, response: web.StreamResponse, watcher: Watcher,
             continue
         if event is None:
             return  # closed by the server: dropped watch or a slow consumer
-        chunk = encoded_events([event])
+        chunk = view.watch_lines([event])
         while not watcher.queue.empty() and len(chunk) < BATCH_EVENTS:
             more = watcher.queue.get_nowait()
             if more is None:
                 if chunk:
                     await response.write(b"\n".join(chunk) + b"\n")
                 return
-            chunk += encoded_events([more])
+            chunk += view.watch_lines([more])
         if chunk:
             await response.write(b"\n".join(chunk) + b"\n")
 
