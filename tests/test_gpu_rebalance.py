@@ -335,6 +335,7 @@ def test_pods_without_a_controller_are_never_evicted(prefect_server, sim_factory
     ({"move_cost_by_owner_kind": {"DaemonSet": 1.0}}, "move_cost_by_owner_kind['DaemonSet']"),
     ({"opt_out_annotation": "not an annotation!"}, "opt_out_annotation"),
     ({"settle_timeout_s": 0}, "settle_timeout_s"),
+    ({"eviction_attempts": 0}, "eviction_attempts"),
 ])
 def test_bad_policy_values_are_refused_naming_the_field(values, field):
     with pytest.raises(ValidationError) as err:
@@ -401,6 +402,91 @@ def test_an_eviction_a_disruption_budget_refuses_stops_the_run_and_cleans_up(
     assert {p.metadata.uid for p in _fillers(ep)} >= {p.metadata.uid for p in moving}
     assert _temporary_changes(ep) == []
     assert ep.v1.read_namespaced_pod(ep.pending, "default").spec.node_name is None
+
+
+def _approvals(slack_fake) -> list[dict]:
+    return [m for m in slack_fake.messages()
+            if any(b.get("type") == "header" and "Approval needed" in b["text"]["text"]
+                   for b in m.get("blocks") or [])]
+
+
+def _preferring(name: str, node: str, gpus: int) -> dict:
+    """A one-replica Deployment whose pod prefers `node` (not pinned: a repack may move it)."""
+    prefer = {"weight": 100, "preference": {"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}}
+    return {"metadata": {"name": name}, "spec": {
+        "replicas": 1, "selector": {"matchLabels": {"app": name}},
+        "template": {"metadata": {"labels": {"app": name}}, "spec": {
+            "affinity": {"nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [prefer]}},
+            "containers": [{"name": "main", "image": "vllm:1", "resources": {
+                "limits": {"nvidia.com/gpu": str(gpus)}}}]}}}}
+
+
+def test_a_budget_refusal_re_plans_once_without_that_pod_and_the_second_plan_lands(
+        prefect_server, sim_factory, slack_fake):
+    sim = sim_factory("empty", speed=SPEED)
+    v1, apps = client.CoreV1Api(sim.api), client.AppsV1Api(sim.api)
+    capacity = {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": "8"}
+    for name in ("gpu-a", "gpu-b", "gpu-c"):
+        v1.create_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                        "status": {"capacity": capacity, "allocatable": capacity,
+                                   "conditions": [{"type": "Ready", "status": "True"}]}})
+    # Free GPUs 2 + 2 + 3: the 4-GPU pod fits once x leaves gpu-a or y leaves gpu-b.
+    for node, gpus in (("gpu-a", 4), ("gpu-b", 4), ("gpu-c", 5)):
+        v1.create_namespaced_pod("default", _gpu_pod(f"fill-{node}", gpus, node))
+    apps.create_namespaced_deployment("default", _preferring("x", "gpu-a", 2))
+    apps.create_namespaced_deployment("default", _preferring("y", "gpu-b", 2))
+    wait_for(lambda: _placed(v1), timeout=30, message="x on gpu-a, y on gpu-b")
+    v1.create_namespaced_pod("default", _gpu_pod("big", 4))
+    blocks = _save_blocks(sim, slack_fake, eviction_attempts=1)
+    slack_fake.post("/_fake/usergroups", {"usergroup": "SOPS", "users": []})
+    receiver = _receiver(slack_fake)
+
+    run = FlowThread(**blocks)
+    first = wait_for(lambda: _approvals(slack_fake), timeout=90,
+                     message="the approval request")[0]
+    text = json.dumps(first["blocks"])
+    moved = "x" if "`default/x-" in text else "y"
+    kept, kept_node = ("y", "gpu-b") if moved == "x" else ("x", "gpu-a")
+    [refused] = [p.metadata.name for p in v1.list_namespaced_pod(
+        "default", label_selector=f"app={moved}").items]
+    # While the approval waits, the moved pod's budget goes to zero: its eviction gets 429.
+    policy = client.PolicyV1Api(sim.api)
+    policy.create_namespaced_pod_disruption_budget("default", {
+        "metadata": {"name": moved}, "spec": {"maxUnavailable": 0, "selector": {
+            "matchLabels": {"app": moved}}}})
+    wait_for(lambda: policy.read_namespaced_pod_disruption_budget(
+        moved, "default").status.expected_pods == 1, message="the budget counted")
+    wait_paused(run_id_of(first))
+    assert receiver.click(first, "gpuops_approve", ALICE)[0] == 200
+
+    # The re-plan moves the other pod; it is a new plan, so it is approved anew.
+    second = wait_for(lambda: len(_approvals(slack_fake)) > 1 and _approvals(slack_fake)[1],
+                      timeout=90, message="the re-plan's approval request")
+    text = json.dumps(second["blocks"])
+    assert f"a PodDisruptionBudget refused default/{refused}" in text
+    assert f"`default/{kept}-" in text and f"`default/{refused}`" not in text
+    wait_paused(run_id_of(second))
+    assert receiver.click(second, "gpuops_approve", ALICE)[0] == 200
+
+    state = run.result(timeout=180)
+    assert state.is_completed() and state.name == "Completed", state.message
+    assert f"re-planned after a PodDisruptionBudget refused default/{refused}" in state.message
+    assert state.result()["replan"]["without"] == [f"default/{refused}"]
+    pods = {p.metadata.name: p for p in v1.list_namespaced_pod("default").items}
+    assert pods["big"].spec.node_name == kept_node
+    assert not pods[refused].metadata.deletion_timestamp  # the refused pod stayed
+    for node in v1.list_node().items:  # every temporary change removed
+        assert not any(t.key == REBALANCE_TAINT for t in (node.spec and node.spec.taints or []))
+        assert REBALANCE_RUN not in (node.metadata.annotations or {})
+
+
+def _placed(v1: client.CoreV1Api) -> bool:
+    where = {p.metadata.labels.get("app"): p.spec.node_name
+             for p in v1.list_namespaced_pod("default").items
+             if p.status.phase == "Running" and p.metadata.labels}
+    return where.get("x") == "gpu-a" and where.get("y") == "gpu-b"
 
 
 def test_a_run_whose_step_fails_removes_its_own_temporary_changes(prefect_server, sim_factory):

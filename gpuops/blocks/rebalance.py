@@ -64,6 +64,10 @@ class RebalancePolicy(Block):
                                        "the settings default.")
     approve_up_to_moves: int = Field(0, ge=0, description="Plans of at most this many moves "
                                      "run without asking (0: always ask).")
+    eviction_attempts: int = Field(6, ge=1, le=20, description="Tries of an eviction a "
+                                   "PodDisruptionBudget refuses (each after the API's "
+                                   "Retry-After) before the run re-plans without that pod, "
+                                   "once, and stops if that does not help either.")
 
     @field_validator("move_cost_by_owner_kind")
     @classmethod

@@ -14,8 +14,11 @@ GPUs would hold them in total) and on a schedule. One run:
 6. executes through `perform()`, holding every involved node's slot: taints the nodes the
    plan frees, lets the pending pods tolerate that taint, nominates them to their planned
    nodes, evicts the moved pods through the Eviction API (`tasks/rebalance/execution.py`
-   explains the mechanism); a PodDisruptionBudget that still refuses after Retry-After
-   waits stops the run (the next run re-plans with the budgets as they are then);
+   explains the mechanism); when a PodDisruptionBudget still refuses an eviction after
+   `eviction_attempts` tries (each after its Retry-After), the run removes the plan's
+   temporary changes and re-plans once, with the budgets as they are now and the refused
+   pod left where it is: a plan that still lands pending pods is approved (a new plan, a
+   new approval) and carried out the same way; otherwise the run ends `Blocked`;
 7. waits until the pending pods are bound where the plan says and the moved pods'
    replacements are bound, not back where they were; stops and reports when reality
    diverges (a new pod took the space, a pod landed elsewhere, a replacement went back);
@@ -28,6 +31,7 @@ Dry-run plans, publishes and reports each action as "would apply", and changes n
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -169,32 +173,37 @@ async def gpu_rebalance(dry_run: bool = False, max_moves: int | None = None,
                                                                               "NoPlan")
             return Completed(name=name, data=summary, message=f"no repack: {repack.reason or repack.status}")
 
-        if not dry_run and len(repack.moves) > policy.approve_up_to_moves:
-            approval = await request_approval(ApprovalRequest(
-                title=f"GPU rebalance: {len(repack.moves)} move(s) to schedule "
-                      f"{len(repack.landings)} pending pod(s)",
-                summary=report.approval_summary(repack, view, policy.expected_wait_hours),
-                reason=f"{len(view.cluster.pending)} GPU pod(s) Pending while "
-                       f"{repack.stranded_gpus_before:g} GPU(s) sit stranded on nodes where they "
-                       "do not fit.",
-                plan=report.plan_text(repack),
-                cost_impact=f"≈{report.landed_gpus(repack, view) * policy.expected_wait_hours:g} "
-                            "GPU-hours saved",
-                targets=tuple(f"node/{n}" for n in execution_steps(repack, view).nodes)),
-                policy=await load_block(ApprovalPolicy, policy.approval_policy_block
-                                        or policy_block),
-                slack_conn=await load_block(SlackConnection, slack_block))
-            if not approval.approved:
-                return Completed(name="NotApproved", data=summary,
-                                 message=not_approved_message(approval))
-
-        now_view = view if dry_run else scan_cluster(kube, _conversion(policy))
-        problems = check_before_acting(repack, view, now_view)
-        if problems:
-            return await _stop_diverged(kube, problems, summary, before_acting=True)
-        steps = execution_steps(repack, now_view)
-        outcome = await execute(kube, steps, run_id, dry_run=dry_run,
-                                settle_timeout_s=policy.settle_timeout_s, before=now_view)
+        attempt = await _attempt(kube, repack, view, policy, run_id, dry_run=dry_run,
+                                 summary=summary, slack_block=slack_block,
+                                 policy_block=policy_block)
+        if not isinstance(attempt, tuple):
+            return attempt
+        steps, outcome = attempt
+        if outcome.refused and not dry_run:
+            # A budget refused an eviction (the first plan's changes are cleaned up by now):
+            # re-plan once without that pod, with the budgets as they are now.
+            again = scan_cluster(kube, _conversion(policy))
+            why = "its eviction was refused by a PodDisruptionBudget earlier in this run"
+            second = await asyncio.to_thread(plan, again, dataclasses.replace(
+                options, frozen=dict.fromkeys(outcome.refused, why)))
+            summary["replan"] = {"without": list(outcome.refused), "status": second.status,
+                                 "moves": len(second.moves),
+                                 "landings": len(second.landings)}
+            if not (second.moves and second.landings):
+                return Completed(name="Blocked", data={
+                    **summary, "blocked": list(outcome.blocked)}, message=(
+                    "stopped: " + "; ".join(outcome.blocked) + "; re-planned without "
+                    + ", ".join(outcome.refused) + ": "
+                    + (second.reason or second.status) + "; temporary changes removed"))
+            await publish_plan(second, again, policy, dry_run=False, cleaned=[], note=(
+                f"Re-plan: {', '.join(outcome.refused)} left where it is ({why})."))
+            attempt = await _attempt(kube, second, again, policy, run_id, dry_run=False,
+                                     summary=summary, slack_block=slack_block,
+                                     policy_block=policy_block, refused=outcome.refused)
+            if not isinstance(attempt, tuple):
+                return attempt
+            steps, outcome = attempt
+            outcome = dataclasses.replace(outcome, refused=())  # once: no third plan
         after = scan_cluster(kube, _conversion(policy))
         await acreate_markdown_artifact(
             key="gpu-rebalance-after", description="GPU allocation per node after the run",
@@ -203,6 +212,9 @@ async def gpu_rebalance(dry_run: bool = False, max_moves: int | None = None,
                 focus=steps.nodes))
         summary.update({"landed": [list(x) for x in outcome.landed],
                         "replaced": [list(x) for x in outcome.replaced]})
+        replanned = (f" (re-planned after a PodDisruptionBudget refused "
+                     f"{', '.join(summary['replan']['without'])})" if "replan" in summary
+                     else "")
         if dry_run:
             return Completed(name="DryRun", data=summary, message=(
                 f"dry run: would move {len(repack.moves)} pod(s) and land "
@@ -210,16 +222,58 @@ async def gpu_rebalance(dry_run: bool = False, max_moves: int | None = None,
         if outcome.blocked:
             return Completed(name="Blocked", data={**summary, "blocked": list(outcome.blocked)},
                              message="stopped: " + "; ".join(outcome.blocked)
-                             + "; temporary changes removed")
+                             + replanned + "; temporary changes removed")
         if outcome.diverged:
             return await _stop_diverged(kube, list(outcome.diverged), summary)
         if outcome.waiting:
             return Completed(name="NotSettled", data=summary, message=(
                 f"stopped after {policy.settle_timeout_s:g} s, still waiting for: "
-                + "; ".join(outcome.waiting) + "; temporary changes removed"))
+                + "; ".join(outcome.waiting) + replanned + "; temporary changes removed"))
         return Completed(data=summary, message=(
             f"moved {len(steps.evict)} pod(s); " + ", ".join(
-                f"{k} runs on {n}" for k, n in outcome.landed) + "; temporary changes removed"))
+                f"{k} runs on {n}" for k, n in outcome.landed) + replanned
+            + "; temporary changes removed"))
+
+
+async def _attempt(kube: Kube, repack: RepackPlan, view: ClusterView, policy: RebalancePolicy,
+                   run_id: str, *, dry_run: bool, summary: dict[str, Any], slack_block: str,
+                   policy_block: str, refused: tuple[str, ...] = ()
+                   ) -> tuple[Steps, Progress] | Any:
+    """Approve (unless small or a dry run), check the plan still fits, carry it out: the
+    steps and how it went, or the final state when it stopped before acting."""
+    if not dry_run and len(repack.moves) > policy.approve_up_to_moves:
+        again = (f" (re-plan: a PodDisruptionBudget refused {', '.join(refused)})"
+                 if refused else "")
+        approval = await request_approval(ApprovalRequest(
+            title=f"GPU rebalance: {len(repack.moves)} move(s) to schedule "
+                  f"{len(repack.landings)} pending pod(s){again}",
+            summary=report.approval_summary(repack, view, policy.expected_wait_hours),
+            reason=f"{len(view.cluster.pending)} GPU pod(s) Pending while "
+                   f"{repack.stranded_gpus_before:g} GPU(s) sit stranded on nodes where they "
+                   "do not fit." + (f" The approved plan needed {', '.join(refused)} to "
+                                    "move, which its PodDisruptionBudget refused; this plan "
+                                    "leaves it where it is." if refused else ""),
+            plan=report.plan_text(repack),
+            cost_impact=f"≈{report.landed_gpus(repack, view) * policy.expected_wait_hours:g} "
+                        "GPU-hours saved",
+            targets=tuple(f"node/{n}" for n in execution_steps(repack, view).nodes)),
+            policy=await load_block(ApprovalPolicy, policy.approval_policy_block
+                                    or policy_block),
+            slack_conn=await load_block(SlackConnection, slack_block),
+            key="approval-replan" if refused else "approval")  # one key per approval
+        if not approval.approved:
+            return Completed(name="NotApproved", data=summary,
+                             message=not_approved_message(approval))
+
+    now_view = view if dry_run else scan_cluster(kube, _conversion(policy))
+    problems = check_before_acting(repack, view, now_view)
+    if problems:
+        return await _stop_diverged(kube, problems, summary, before_acting=True)
+    steps = execution_steps(repack, now_view)
+    outcome = await execute(kube, steps, run_id, dry_run=dry_run,
+                            settle_timeout_s=policy.settle_timeout_s, before=now_view,
+                            eviction_attempts=policy.eviction_attempts)
+    return steps, outcome
 
 
 def _cluster_resource(kube: Kube) -> dict[str, str]:
@@ -240,7 +294,7 @@ async def _stop_diverged(kube: Kube, problems: list[str], summary: dict[str, Any
 # --- artifacts ------------------------------------------------------------------------------
 
 async def publish_plan(repack: RepackPlan, view: ClusterView, policy: RebalancePolicy, *,
-                       dry_run: bool, cleaned: list[str]) -> None:
+                       dry_run: bool, cleaned: list[str], note: str = "") -> None:
     focus = [m.from_node for m in repack.moves] + [lnd.node for lnd in repack.landings]
     maps = {"before": report.gpu_map_before(view, repack)}
     if repack.moves or repack.landings:
@@ -251,6 +305,8 @@ async def publish_plan(repack: RepackPlan, view: ClusterView, policy: RebalanceP
             + (f"; {repack.reason}" if repack.reason else "") + ".",
             report.approval_summary(repack, view, policy.expected_wait_hours)
             if repack.moves else "Nothing to move."]
+    if note:
+        head.insert(1, note)
     if cleaned:
         head.append("Removed what earlier runs left: " + ", ".join(cleaned) + ".")
     if view.skipped:
@@ -302,7 +358,8 @@ async def remove_leftovers(kube: Kube, run_id: str, *, dry_run: bool) -> list[st
 # --- execution ------------------------------------------------------------------------------
 
 async def execute(kube: Kube, steps: Steps, run_id: str, *, dry_run: bool,
-                  settle_timeout_s: float, before: ClusterView) -> Progress:
+                  settle_timeout_s: float, before: ClusterView,
+                  eviction_attempts: int = 6) -> Progress:
     """Carry out `steps` (see `tasks/rebalance/execution.py`), wait, and always clean up."""
     expires = (datetime.now(UTC) + timedelta(seconds=settle_timeout_s) + EXPIRY_MARGIN
                ).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -315,9 +372,11 @@ async def execute(kube: Kube, steps: Steps, run_id: str, *, dry_run: bool,
         return Progress(done=False, waiting=(), diverged=())
     async with hold_targets([f"node/{n}" for n in steps.nodes], lease_s=SLOT_LEASE_S):
         try:
-            blocked = await _act(kube, steps, run_id, record, toleration)
+            blocked, refused = await _act(kube, steps, run_id, record, toleration,
+                                          eviction_attempts)
             if blocked:
-                return Progress(done=False, waiting=(), diverged=(), blocked=tuple(blocked))
+                return Progress(done=False, waiting=(), diverged=(), blocked=tuple(blocked),
+                                refused=tuple(refused))
             return await _wait(kube, steps, before, settle_timeout_s)
         finally:
             await _clean_up(kube, steps, run_id)
@@ -338,18 +397,24 @@ def _actions(kube: Kube, steps: Steps, run_id: str, record: dict[str, str],
 
 
 async def _act(kube: Kube, steps: Steps, run_id: str, record: dict[str, str],
-               toleration: dict[str, str]) -> list[str]:
-    """Apply the steps in order; returns why it stopped early (a PDB, a pod gone)."""
+               toleration: dict[str, str], eviction_attempts: int = 6
+               ) -> tuple[list[str], list[str]]:
+    """Apply the steps in order; returns why it stopped early (a PDB, a pod gone) and the
+    pods whose eviction a PDB refused."""
     for action in _actions(kube, steps, run_id, record, toleration):
+        evicting = isinstance(action, EvictPod)
         try:
-            await perform(action, dry_run=False)
+            await perform(action, dry_run=False,
+                          **({"attempts": eviction_attempts} if evicting else {}))
         except KubeTooManyRequests as e:
-            return [(f"the eviction of {action.namespace}/{action.name} is refused by a "
-                    f"PodDisruptionBudget after waiting ({e}); the next run re-plans with "
-                    "the budgets as they are then")]
+            if not evicting:  # the API throttled us past the retries
+                return [f"{action.describe()}: {e}"], []
+            pod = f"{action.namespace}/{action.name}"
+            return [(f"the eviction of {pod} is refused by a PodDisruptionBudget after "
+                     f"{eviction_attempts} tries ({e})")], [pod]
         except KubeNotFound as e:
-            return [f"{action.describe()}: {e}"]
-    return []
+            return [f"{action.describe()}: {e}"], []
+    return [], []
 
 
 async def _wait(kube: Kube, steps: Steps, before: ClusterView, timeout_s: float) -> Progress:

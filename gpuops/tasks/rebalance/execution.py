@@ -164,6 +164,7 @@ class Progress:
     landed: tuple[tuple[str, str], ...] = ()  # (pending pod, node) bound as planned
     replaced: tuple[tuple[str, str, str], ...] = ()  # (moved pod, replacement, its node)
     blocked: tuple[str, ...] = ()  # why acting stopped early (a PDB refused an eviction)
+    refused: tuple[str, ...] = ()  # the pods whose eviction a PodDisruptionBudget refused
 
 
 @dataclass(frozen=True)

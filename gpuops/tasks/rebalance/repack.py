@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,9 @@ class RepackOptions:
     defragment_nodes: int = 24
     destination_policy: str = "fgd"  # how moved pods are re-placed: fgd or best_fit
     landing_policy: str = "best_fit"  # how pending pods that fit without moves are predicted
+    # pods (namespace/name -> why) to leave where they are this time, e.g. the pod whose
+    # eviction a PodDisruptionBudget refused earlier in the same run
+    frozen: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -231,7 +234,8 @@ def rules_for(cluster: Cluster, pods: Sequence[Pod],
         cost[i] = move_cost(pod, options.default_move_cost)
         if pod.node is None:
             continue
-        why = why_unmovable(pod, allow_local_storage=options.allow_local_storage)
+        why = why_unmovable(pod, allow_local_storage=options.allow_local_storage) \
+            or options.frozen.get(pod.key)
         if why is None and pod.pdb is not None \
                 and cluster.pdbs[pdb_index[pod.pdb]].disruptions_allowed == 0:
             why = f"PodDisruptionBudget {pod.pdb!r} allows no disruption"
