@@ -291,3 +291,47 @@ def test_get_watch_prints_a_row_for_a_pod_created_after_it_started(sim, core, ku
             watcher.wait(10)
         except subprocess.TimeoutExpired:
             watcher.kill()
+
+
+# --- discovery and access ------------------------------------------------------------------------
+
+def sections(output: str) -> list[str]:
+    """`kubectl get all` prints one table per resource type, separated by blank lines."""
+    return [s for s in output.split("\n\n") if s.strip()]
+
+
+def test_get_all_lists_pods_services_and_workloads_by_kind(sim, core, kubectl):
+    client.AppsV1Api(sim.api).create_namespaced_deployment(NS, {
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}},
+                              "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}})
+    core.create_namespaced_service(NS, {"metadata": {"name": "web"}, "spec": {
+        "selector": {"app": "web"}, "ports": [{"port": 80}]}})
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "settings"}})
+    wait_for(lambda: core.list_namespaced_pod(NS).items, message="the deployment's pod")
+
+    names = {}
+    for part in sections(kubectl(sim, "get", "all")):
+        for row in table(part):
+            kind, _, name = row["NAME"].partition("/")
+            names.setdefault(kind, set()).add(name)
+    pod = core.list_namespaced_pod(NS).items[0].metadata.name
+    [rs] = client.AppsV1Api(sim.api).list_namespaced_replica_set(NS).items
+    assert names == {"pod": {pod}, "service": {"web"}, "deployment.apps": {"web"},
+                     "replicaset.apps": {rs.metadata.name}}  # no configmap: not in `all`
+
+
+def test_auth_can_i_says_yes_for_everything(sim, kubectl):
+    assert kubectl(sim, "auth", "can-i", "get", "pods").strip() == "yes"
+    assert kubectl(sim, "auth", "can-i", "delete", "nodes", "--all-namespaces").strip() == "yes"
+    rules = kubectl(sim, "auth", "can-i", "--list").splitlines()
+    assert rules[0].split() == ["Resources", "Non-Resource", "URLs", "Resource", "Names",
+                                "Verbs"]
+    assert rules[1].split() == ["*.*", "[]", "[]", "[*]"]
+
+
+def test_auth_whoami_names_simclusters_one_user(sim, kubectl):
+    rows = {r["ATTRIBUTE"]: r["VALUE"] for r in table(kubectl(sim, "auth", "whoami"))}
+    assert rows == {"Username": "simcluster-admin",
+                    "Groups": "[system:masters system:authenticated]"}

@@ -50,6 +50,8 @@ def _resource_entry(rt: ResourceType) -> dict[str, Any]:
                              "verbs": list(rt.verbs)}
     if rt.short_names:
         entry["shortNames"] = list(rt.short_names)
+    if rt.categories:
+        entry["categories"] = list(rt.categories)
     return entry
 
 

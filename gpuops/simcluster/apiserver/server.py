@@ -27,7 +27,7 @@ from ..core.patching import apply_patch
 from ..core.podproxy import PodProxy
 from ..core.resources import ResourceType
 from ..core.store import Store
-from . import discovery, tables, views
+from . import access, discovery, tables, views
 from .codecs import check_kind, dry_run, error_response, json_response, read_body
 from .deletion import Deletion
 from .faults import ApiFaults, register_api_faults
@@ -118,6 +118,10 @@ class ApiServer:
 
     async def _dispatch(self, request: web.Request, t: Target) -> web.StreamResponse:
         method = request.method
+        verb = _verb(method, t)
+        if verb is not None and verb not in t.rtype.verbs:
+            raise errors.method_not_allowed(f"the server does not allow this method on the "
+                                            f"requested resource ({method} {request.path})")
         if t.name is None:
             if method == "GET":
                 view = self._view(request, t.rtype)
@@ -173,13 +177,18 @@ class ApiServer:
     # --- writes --------------------------------------------------------------------------------
 
     async def create(self, request: web.Request, t: Target) -> web.Response:
-        body = await read_body(request)
+        rt = t.rtype
+        review = access.is_review(rt.group, rt.kind)
+        body = await read_body(request, protobuf=(
+            lambda raw: access.from_protobuf(rt.group, rt.kind, raw)) if review else None)
         if not isinstance(body, dict):
             raise errors.bad_request("the request body must be a JSON object")
         if t.rtype.strategy.binds_pod:
             name = (body.get("metadata") or {}).get("name", "")
             return self.pods.bind(body, t.namespace or "", name)
         check_kind(t.rtype, body)
+        if review:
+            return json_response(access.review(rt.group, rt.kind, body), 201)
         body = admit_create(self.store, t.rtype, body)
         if dry_run(request):
             check_integer_fields(t.rtype.key, t.rtype.kind, body)  # the store checks the rest
@@ -231,3 +240,14 @@ class ApiServer:
             return json_response(new)
         return json_response(self.store.replace(t.rtype, t.namespace, t.name, new,
                                                 subresource=t.subresource))
+
+
+def _verb(method: str, t: Target) -> str | None:
+    """The verb a request on a resource (not a subresource) needs, as discovery lists them."""
+    if t.subresource is not None:
+        return None
+    if t.name is None:
+        return {"GET": "watch" if t.watch else "list", "POST": "create",
+                "DELETE": "deletecollection"}.get(method)
+    return {"GET": "watch" if t.watch else "get", "PUT": "update", "PATCH": "patch",
+            "DELETE": "delete"}.get(method)

@@ -31,6 +31,9 @@ class ResourceType:
     verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch",
                               "update", "watch")
     strategy: Strategy = field(default=GENERIC, compare=False, repr=False)
+    # discovery's categories: `kubectl get all` lists the resources in `all`; not part of
+    # the type's identity (a CRD re-applied with other categories is the same resource)
+    categories: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def api_version(self) -> str:
@@ -56,27 +59,38 @@ class ResourceType:
 
 
 BUILTIN_GROUPS = frozenset({"", "apps", "batch", "policy", "scheduling.k8s.io", "events.k8s.io",
-                            "apiextensions.k8s.io", "autoscaling"})
+                            "apiextensions.k8s.io", "autoscaling", "authorization.k8s.io",
+                            "authentication.k8s.io"})
+ALL = ("all",)  # the category of what `kubectl get all` shows
+GATEWAY_API = ("gateway-api",)
+CREATE_ONLY = ("create",)
 
 
 def _core(kind: str, plural: str, namespaced: bool = True, short: tuple[str, ...] = (),
-          sub: tuple[str, ...] = ("status",), strategy: Strategy = GENERIC) -> ResourceType:
-    return ResourceType("", "v1", kind, plural, namespaced, short, sub, strategy=strategy)
+          sub: tuple[str, ...] = ("status",), strategy: Strategy = GENERIC,
+          categories: tuple[str, ...] = ()) -> ResourceType:
+    return ResourceType("", "v1", kind, plural, namespaced, short, sub, strategy=strategy,
+                        categories=categories)
 
 
 def _apps(kind: str, plural: str, short: str, strategy: Strategy) -> ResourceType:
     return ResourceType("apps", "v1", kind, plural, True, (short,), ("status", "scale"),
-                        strategy=strategy)
+                        strategy=strategy, categories=ALL)
+
+
+def _review(group: str, kind: str, plural: str) -> ResourceType:
+    """An access or identity review: created and answered at once, never stored."""
+    return ResourceType(group, "v1", kind, plural, False, (), (), CREATE_ONLY)
 
 
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core("Pod", "pods", short=("po",), sub=("status", "log", "eviction", "binding", "proxy"),
-          strategy=PodStrategy()),
+          strategy=PodStrategy(), categories=ALL),
     _core("Node", "nodes", namespaced=False, short=("no",), strategy=NodeStrategy()),
     _core("Namespace", "namespaces", namespaced=False, short=("ns",), sub=("status", "finalize"),
           strategy=NamespaceStrategy()),
     _core("Event", "events", short=("ev",), sub=()),
-    _core("Service", "services", short=("svc",)),
+    _core("Service", "services", short=("svc",), categories=ALL),
     _core("ConfigMap", "configmaps", short=("cm",), sub=()),
     _core("Secret", "secrets", sub=()),
     _core("ServiceAccount", "serviceaccounts", short=("sa",), sub=()),
@@ -85,21 +99,27 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _apps("ReplicaSet", "replicasets", "rs", ReplicaSetStrategy()),
     _apps("StatefulSet", "statefulsets", "sts", StatefulSetStrategy()),
     ResourceType("apps", "v1", "DaemonSet", "daemonsets", True, ("ds",),
-                 strategy=DaemonSetStrategy()),
-    ResourceType("batch", "v1", "Job", "jobs", True, (), strategy=JobStrategy()),
+                 strategy=DaemonSetStrategy(), categories=ALL),
+    ResourceType("batch", "v1", "Job", "jobs", True, (), strategy=JobStrategy(),
+                 categories=ALL),
     ResourceType("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True, ("pdb",)),
     ResourceType("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",), (),
                  strategy=PriorityClassStrategy()),
     ResourceType("events.k8s.io", "v1", "Event", "events", True, ("ev",), ()),
     ResourceType("apiextensions.k8s.io", "v1", "CustomResourceDefinition",
-                 "customresourcedefinitions", False, ("crd",),
+                 "customresourcedefinitions", False, ("crd", "crds"),
                  strategy=CustomResourceDefinitionStrategy()),
     ResourceType("inference.networking.k8s.io", "v1", "InferencePool", "inferencepools", True,
                  ("infpool",)),
-    ResourceType("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes", True, ()),
-    ResourceType("gateway.networking.k8s.io", "v1", "Gateway", "gateways", True, ("gtw",)),
+    ResourceType("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes", True, (),
+                 categories=GATEWAY_API),
+    ResourceType("gateway.networking.k8s.io", "v1", "Gateway", "gateways", True, ("gtw",),
+                 categories=GATEWAY_API),
     ResourceType("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets", True,
                  ("lws",)),
+    _review("authorization.k8s.io", "SelfSubjectAccessReview", "selfsubjectaccessreviews"),
+    _review("authorization.k8s.io", "SelfSubjectRulesReview", "selfsubjectrulesreviews"),
+    _review("authentication.k8s.io", "SelfSubjectReview", "selfsubjectreviews"),
 )
 
 
@@ -142,7 +162,8 @@ class ResourceRegistry:
             self.register(ResourceType(
                 spec["group"], v, names["kind"], names["plural"],
                 spec.get("scope", "Namespaced") == "Namespaced",
-                tuple(names.get("shortNames", ())), subresources))
+                tuple(names.get("shortNames", ())), subresources,
+                categories=tuple(names.get("categories", ()))))
             for v in versions
         ]
 
