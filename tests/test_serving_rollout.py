@@ -182,8 +182,8 @@ def rollout(blocks: dict[str, str], **params: Any) -> Any:
                                        return_state=True))
 
 
-def timeline(state: Any) -> list[tuple[int, str]]:
-    """(new %, outcome) of each step, from the run's timeline artifact."""
+def artifacts(state: Any) -> dict[str, Any]:
+    """The run's artifacts by key: a table's rows, a markdown's text."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
@@ -192,8 +192,17 @@ def timeline(state: Any) -> list[tuple[int, str]]:
             return await c.read_artifacts(artifact_filter=ArtifactFilter(
                 flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
 
-    [table] = [a for a in asyncio.run(read()) if a.key == "serving-rollout-timeline"]
-    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    found = {}
+    for a in asyncio.run(read()):
+        if a.key:
+            found[a.key] = json.loads(a.data) if a.type == "table" and isinstance(
+                a.data, str) else a.data
+    return found
+
+
+def timeline(state: Any) -> list[tuple[int, str]]:
+    """(new %, outcome) of each step, from the run's timeline artifact."""
+    rows = artifacts(state)["serving-rollout-timeline"]
     return [(int(r["new %"]), r["outcome"]) for r in rows]
 
 
@@ -210,6 +219,14 @@ def test_a_good_version_rolls_out_to_100_percent_and_the_old_is_scaled_to_zero(
     assert state.is_completed(), state.message
     summary = state.result()
     assert timeline(state) == [(1, "passed"), (5, "passed"), (25, "passed"), (50, "passed")]
+    found = artifacts(state)
+    rows = found["serving-rollout-timeline"]
+    assert all("ttft_p90" in r["gates"] and "limit" in r["gates"] and r["verdict"] == "pass"
+               for r in rows)
+    assert all(int(r["requests new/old"].split("/")[0]) >= 40 for r in rows)
+    summary_md = found["serving-rollout-summary"]
+    assert ": completed" in summary_md and "gates at step 4 (50 %)" in summary_md
+    assert "mode       blue-green" in found["serving-rollout-plan"]
     new = new_pool_of(stack)
     assert new.startswith(f"{MODEL}-") and summary["new_pool"] == new
     assert stack.weights() == {MODEL: 0, new: 100}

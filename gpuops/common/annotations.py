@@ -57,6 +57,9 @@ SCALE_IN_MARKS = (SCALE_IN_RUN, SCALE_IN_CORDONED, SCALE_IN_EXPIRES)
 # goes and a one-line summary of how it ended stays.
 ROLLOUT = PREFIX + "rollout"
 ROLLOUT_LAST = PREFIX + "rollout-last"
+# Set by `gpuops rollout abort` (who and why): the run going checks it between its waits and
+# rolls back.
+ROLLOUT_ABORT = PREFIX + "rollout-abort"
 # On the objects a rollout creates (the new model server, InferencePool, endpoint picker): the
 # run that made them, and the name the next version's names are derived from (a label, so a
 # rollout of a rollout does not grow `-1a2b3c-4d5e6f` names).

@@ -50,6 +50,11 @@ rules_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(rules_app, name="restart-rules")
+rollout_app = typer.Typer(
+    help="Serving rollouts between InferencePools: start one, see how one goes, abort one.",
+    no_args_is_help=True,
+)
+app.add_typer(rollout_app, name="rollout")
 
 KubeconfigOption = Annotated[
     Path,
@@ -275,6 +280,121 @@ def restart_rules_load(
     what = "created" if created else "updated"
     typer.echo(f"{count} rule(s) from {file} saved in Block gpuops-restart-policy/"
                f"{policy_block} ({what})")
+
+
+PoolArgument = Annotated[str, typer.Argument(help="The InferencePool, `namespace/name`.",
+                                             show_default=False)]
+
+
+@rollout_app.command("start")
+def rollout_start(
+    pool: PoolArgument,
+    image: Annotated[str | None, typer.Option(help="The new vLLM image.")] = None,
+    model: Annotated[str | None, typer.Option(help="The model the new version loads "
+                                              "(--model); the served name stays.")] = None,
+    arg: Annotated[list[str] | None, typer.Option(help="An engine flag to set, `--arg "
+                                                  "--max-num-seqs=512`; repeatable.")] = None,
+    steps: Annotated[str | None, typer.Option(help="Traffic % per step, e.g. 1,5,25,50,100 "
+                                              "[default: the rollout Block's]")] = None,
+    gates: Annotated[str | None, typer.Option(help="Gates as JSON, e.g. "
+                                              "'[{\"metric\": \"ttft_p90\", \"factor\": 1.2}]'")
+                     ] = None,
+    window_s: Annotated[float | None, typer.Option(help="Analysis window, seconds.")] = None,
+    min_requests: Annotated[int | None, typer.Option(help="Requests per side before a window "
+                                                     "is judged.")] = None,
+    mode: Annotated[str | None, typer.Option(help="auto, blue-green or fixed-capacity.")] = None,
+    approve: Annotated[str | None, typer.Option(help="final, every-step or none.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and plan; change "
+                                          "nothing.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the run to end and print "
+                                       "how it ended.")] = False,
+    local: Annotated[bool, typer.Option("--local", help="Run the flow in this process "
+                                        "instead of as a run of the served deployment.")] = False,
+    rollout_block: Annotated[str, typer.Option(help="A saved rollout policy Block.")] = "",
+    cluster_block: Annotated[str, typer.Option(help="A saved cluster Block.")] = "",
+    slack_block: Annotated[str, typer.Option(help="A saved Slack connection Block.")] = "",
+    policy_block: Annotated[str, typer.Option(help="A saved approval policy Block.")] = "",
+) -> None:
+    """Roll POOL's model server out to a new version: a run of serving-rollout/on-demand
+    (served by `gpuops up`), or of the flow here with --local."""
+    import asyncio
+
+    from gpuops.blocks.connections import KubernetesCluster, SlackConnection
+    from gpuops.blocks.policy import ApprovalPolicy
+    from gpuops.blocks.rollout import RolloutPolicy
+    from gpuops.deployments.rollout_cli import (
+        check_parameters,
+        parse_gates_option,
+        parse_steps_option,
+        start_run,
+        wait_final,
+    )
+
+    require_blocks((RolloutPolicy, rollout_block), (KubernetesCluster, cluster_block),
+                   (SlackConnection, slack_block), (ApprovalPolicy, policy_block))
+    params: dict[str, Any] = {
+        "pool": pool, "image": image, "model": model, "args": arg or None,
+        "steps": parse_steps_option(steps), "gates": parse_gates_option(gates),
+        "window_s": window_s, "min_requests": min_requests, "mode": mode, "approve": approve,
+        "dry_run": dry_run, "rollout_block": rollout_block, "cluster_block": cluster_block,
+        "slack_block": slack_block, "policy_block": policy_block}
+    params = {k: v for k, v in params.items() if v is not None}
+    asyncio.run(check_parameters(params))  # a bad one: `error: field: ...`, exit 2
+    if local:
+        from gpuops.flows.serving_rollout import serving_rollout
+
+        state: State[Any] = asyncio.run(serving_rollout(  # type: ignore[arg-type]
+            **params, return_state=True))
+    else:
+        run = asyncio.run(start_run(params))
+        typer.echo(f"started flow run {run.name} ({run.id}) of serving-rollout/on-demand")
+        if not wait:
+            return
+        state = asyncio.run(wait_final(run.id))
+    typer.echo(f"{state.name}: {state.message}")
+    if not state.is_completed():
+        raise typer.Exit(1)
+
+
+@rollout_app.command("status")
+def rollout_status(
+    pool: PoolArgument,
+    cluster_block: Annotated[str, typer.Option(help="A saved cluster Block.")] = "",
+) -> None:
+    """POOL's route and weights, the rollout recorded on it (and its run), the last one."""
+    from gpuops.blocks.connections import KubernetesCluster
+    from gpuops.deployments.rollout_cli import status_lines
+
+    require_blocks((KubernetesCluster, cluster_block))
+    typer.echo(status_lines(pool, cluster_block))
+
+
+@rollout_app.command("abort")
+def rollout_abort(
+    pool: PoolArgument,
+    reason: Annotated[str, typer.Option(help="Why (kept on the route).")] = "",
+    wait_s: Annotated[float, typer.Option(help="How long a running rollout gets to roll "
+                                          "back.")] = 300.0,
+    cluster_block: Annotated[str, typer.Option(help="A saved cluster Block.")] = "",
+    rollout_block: Annotated[str, typer.Option(help="A saved rollout policy Block.")] = "",
+) -> None:
+    """Stop POOL's rollout and roll it back: the run going rolls back itself (an approval it
+    waits on is answered no); what a dead run left is rolled back here."""
+    import asyncio
+    import getpass
+
+    from gpuops.blocks.connections import KubernetesCluster
+    from gpuops.blocks.rollout import RolloutPolicy
+    from gpuops.flows.serving_rollout import serving_rollout_abort
+
+    require_blocks((KubernetesCluster, cluster_block), (RolloutPolicy, rollout_block))
+    state: State[Any] = asyncio.run(serving_rollout_abort(  # type: ignore[arg-type]
+        pool=pool, reason=reason, requested_by=f"{getpass.getuser()} (gpuops rollout abort)",
+        wait_s=wait_s, cluster_block=cluster_block, rollout_block=rollout_block,
+        return_state=True))
+    typer.echo(f"{state.name}: {state.message}")
+    if not state.is_completed():
+        raise typer.Exit(1)
 
 
 def available_benches() -> list[str]:

@@ -20,6 +20,7 @@ from gpuops.flows.gpu_consolidate import GPU_IDLE, gpu_consolidate
 from gpuops.flows.gpu_rebalance import STRANDED, gpu_rebalance
 from gpuops.flows.gpu_scan import gpu_scan
 from gpuops.flows.restart_diagnostics import restart_diagnostics
+from gpuops.flows.serving_rollout import serving_rollout, serving_rollout_abort
 from gpuops.tasks.restarts.events import RESTART_DIAGNOSTICS_EVENTS
 
 TRIGGER_WINDOW = timedelta(seconds=10)
@@ -112,6 +113,17 @@ def deployments(*, approval_policy: str = "", capacity_mode: str = "dry-run") ->
         gpu_scan.to_deployment(name="every-10-minutes", interval=timedelta(minutes=10),
                                tags=["gpuops", "rebalance"], description="GPU nodes as a "
                                "table: free GPUs, stranded GPUs, FGD fragmentation."),
+        # On demand, from `gpuops rollout start` or the UI's form (the flow's parameters).
+        # Rollouts of different pools run side by side; each holds its pools' and route's
+        # slots, so a second one on the same pool ends Busy instead of interleaving.
+        serving_rollout.to_deployment(
+            name="on-demand", tags=["gpuops", "rollout"], parameters=policy,
+            description="Roll an InferencePool out to a new vLLM version step by step, judged "
+                        "on vLLM metrics against the old version, with approval and "
+                        "automatic rollback."),
+        serving_rollout_abort.to_deployment(
+            name="on-demand", tags=["gpuops", "rollout"],
+            description="Stop a pool's rollout and roll it back to the old version."),
     ]
 
 

@@ -20,38 +20,45 @@ One run:
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Literal
+from uuid import UUID
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.concurrency.asyncio import AcquireConcurrencySlotTimeoutError
+from prefect.exceptions import NotPausedError
 from prefect.runtime import flow_run as runtime_flow_run
-from prefect.states import Completed, Failed
+from prefect.states import Cancelled, Completed, Failed
 
 from gpuops.blocks.connections import KubernetesCluster, SlackConnection
 from gpuops.blocks.loading import load_block
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.blocks.rollout import RolloutPolicy
+from gpuops.common.annotations import ROLLOUT_ABORT
 from gpuops.common.flow_runs import run_is_active
 from gpuops.common.settings import PrometheusSettings, get_settings
-from gpuops.tasks.actions.perform import hold_targets, recording_actions
+from gpuops.tasks.actions.perform import hold_targets, perform, recording_actions
 from gpuops.tasks.approvals.block_kit import ApprovalRequest
-from gpuops.tasks.approvals.request import Approval, request_approval
+from gpuops.tasks.approvals.request import Approval, request_approval, resume_approval
 from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.clients.prometheus import Prometheus
-from gpuops.tasks.rollout.actions import pool_target, route_target
+from gpuops.tasks.rollout.actions import RequestAbort, abort_target, pool_target, route_target
 from gpuops.tasks.rollout.notify import slack_notifier
-from gpuops.tasks.rollout.params import RolloutSpec, parse_spec
+from gpuops.tasks.rollout.params import RolloutSpec, parse_pool, parse_spec
 from gpuops.tasks.rollout.preflight import Plan, preflight
+from gpuops.tasks.rollout.read_objects import read_served_apis
 from gpuops.tasks.rollout.run import Course, Result, check_resumable, retire_old, roll_back
-from gpuops.tasks.rollout.timeline import timeline_rows
+from gpuops.tasks.rollout.state import RolloutRecord
+from gpuops.tasks.rollout.status import read_status
+from gpuops.tasks.rollout.timeline import timeline_rows, timeline_text
 
 # The slots are renewed while held; a killed run's free themselves this soon (the server
 # refuses leases under 60 s), so the next run can resume or roll back what it left.
 SLOT_LEASE_S = 60.0
 
 
-def _spec(policy: RolloutPolicy, **given: Any) -> RolloutSpec:
+def spec_of(policy: RolloutPolicy, **given: Any) -> RolloutSpec:
     """The run's parameters over the Block's defaults (None: the Block's)."""
     defaults = policy.model_dump(include={
         "steps", "gates", "min_requests", "window_s", "step_timeout_s", "poll_s",
@@ -96,7 +103,7 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
     """
     log = get_run_logger()
     policy: RolloutPolicy = await load_block(RolloutPolicy, rollout_block)
-    spec = _spec(policy, pool=pool, image=image, model=model, args=args, steps=steps,
+    spec = spec_of(policy, pool=pool, image=image, model=model, args=args, steps=steps,
                  gates=gates, window_s=window_s, min_requests=min_requests, mode=mode,
                  approve=approve)
     cluster = await load_block(KubernetesCluster, cluster_block)
@@ -147,6 +154,8 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
     log.info("rollout %s: %s", result.outcome, result.message.splitlines()[0])
     if result.outcome == "completed":
         return Completed(message=result.message, data=summary)
+    if result.outcome == "aborted":
+        return Cancelled(name="Aborted", message=result.message)
     return Failed(name="RolledBack", message=result.message)
 
 
@@ -184,3 +193,96 @@ async def _publish_timeline(course: Course, result: Result | None) -> None:
     await acreate_table_artifact(key="serving-rollout-timeline", table=rows,
                                  description="The rollout's steps, each gate's numbers and "
                                  "the verdict" + (f" ({result.outcome})" if result else ""))
+    plan = course.plan
+    outcome = result.outcome if result is not None else "failed"
+    await acreate_markdown_artifact(
+        key="serving-rollout-summary", description="How the rollout went",
+        markdown=f"# Serving rollout {plan.old.pool.ref} -> {plan.new.pool_name}: "
+                 f"{outcome}\n\n" + (f"{result.message.splitlines()[0]}\n\n" if result else "")
+                 + f"```\n{plan.describe()}\n```\n\n## Steps\n\n```\n"
+                 f"{timeline_text(course.steps)}\n```")
+
+
+# --- abort ------------------------------------------------------------------------------------
+
+ABORTER = "gpuops-abort"  # the approver a waiting approval is answered "no" by
+
+
+@flow(name="serving-rollout-abort", log_prints=True)
+async def serving_rollout_abort(pool: str, reason: str = "", requested_by: str = ABORTER,
+                                wait_s: float = 300.0, cluster_block: str = "",
+                                rollout_block: str = ""):
+    """Stop the rollout recorded on a pool's route and roll it back to the old version.
+
+    A run still going is asked to (a request on the route it looks at between its waits; an
+    approval it waits on is answered "no") and rolls back itself; what a run no longer going
+    left is rolled back here.
+
+    Args:
+        pool: The InferencePool, old or new, `namespace/name`.
+        reason: Why (kept on the route and in the run's state).
+        requested_by: Who asks.
+        wait_s: How long to wait for a running rollout to roll back.
+        cluster_block: The KubernetesCluster Block (empty: settings).
+        rollout_block: The RolloutPolicy Block (its lock timeout).
+    """
+    name = parse_pool(pool)
+    policy: RolloutPolicy = await load_block(RolloutPolicy, rollout_block)
+    kube: Kube = (await load_block(KubernetesCluster, cluster_block)).kube()
+    status = await asyncio.to_thread(read_status, kube, name.namespace, name.name)
+    record, route = status.record, status.route
+    if record is None:
+        return Completed(name="NothingToAbort", message=f"no rollout is recorded on HTTPRoute "
+                         f"{route}" + (f"; last: {status.last}" if status.last else ""))
+    why = f"{requested_by}: {reason}" if reason else requested_by
+    apis = await asyncio.to_thread(read_served_apis, kube)
+    ns = route.namespace
+    async with recording_actions():
+        if await run_is_active(record.run):
+            await perform(RequestAbort(kube, apis, ns, route.name, abort_target(ns, route.name),
+                                       {ROLLOUT_ABORT: why}, what=f"abort requested by {why}"),
+                          dry_run=False)
+            await _answer_no(record.run, why)
+            ended = await _wait_ended(kube, name.namespace, name.name, record, wait_s)
+            if ended is not None:
+                return Completed(name="Aborted", message=f"flow run {record.run} rolled back: "
+                                 f"{ended}")
+            if await run_is_active(record.run):
+                return Failed(name="NotAborted", message=f"flow run {record.run} did not roll "
+                              f"back within {wait_s:g} s; the abort request stays on HTTPRoute "
+                              f"{route}")
+            left = (await asyncio.to_thread(read_status, kube, name.namespace, name.name)).record
+            if left is None:
+                return Completed(name="Aborted", message=f"flow run {record.run} ended")
+            record = left
+        targets = [pool_target(ns, record.old_pool), pool_target(ns, record.new_pool),
+                   route_target(ns, route.name)]
+        async with hold_targets(targets, timeout_s=max(policy.lock_timeout_s, 2 * SLOT_LEASE_S),
+                                lease_s=SLOT_LEASE_S):
+            await roll_back(kube, apis, ns, route.name, record, f"aborted by {why}",
+                            outcome="aborted")
+    return Completed(name="Aborted", message=f"rolled back what flow run {record.run} left: "
+                     f"{record.old_pool} serves 100 % again")
+
+
+async def _answer_no(run_id: str, why: str) -> None:
+    """A run waiting on an approval gets a "no" (nothing happens when it is not waiting)."""
+    try:
+        await resume_approval(UUID(run_id), {"approved": False, "approver": ABORTER,
+                                             "comment": f"rollout aborted by {why}"})
+    except NotPausedError:
+        pass
+
+
+async def _wait_ended(kube: Kube, namespace: str, name: str, record: RolloutRecord,
+                      wait_s: float) -> str | None:
+    """How the rollout ended (the route's last line) once its record is gone; None on time."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        status = await asyncio.to_thread(read_status, kube, namespace, name)
+        if status.record is None or status.record.run != record.run:
+            return status.last or "ended"
+        if not await run_is_active(record.run):
+            return None
+        await asyncio.sleep(1.0)
+    return None

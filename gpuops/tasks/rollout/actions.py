@@ -11,6 +11,8 @@ takes no slot twice and no other rollout acts on these objects meanwhile.
 - `CreateObject` / `DeleteObject`: the new version's Deployment, InferencePool and endpoint
   picker, created if absent, deleted if present.
 - `ScaleDeployment`: a Deployment's `spec.replicas`.
+- `RequestAbort`: `gpuops rollout abort`'s request on the route, for the run going to act on
+  (its own slot: the run holds the rollout's).
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ from gpuops.tasks.rollout.weights import (
 )
 
 Obj = dict[str, Any]
+
+
+def abort_target(namespace: str, route: str) -> str:
+    return f"rollout-abort/{namespace}/{route}"
 
 
 def pool_target(namespace: str, name: str) -> str:
@@ -84,6 +90,14 @@ class RecordRollout(_RouteAction):
         patch = annotation_patch(route, self.annotations)
         if patch:
             patch_route(self.kube, self.apis, route, patch)
+
+
+@dataclass
+class RequestAbort(RecordRollout):
+    kind = "rollout-abort"
+
+    def describe(self) -> str:
+        return f"ask the rollout on HTTPRoute {self.namespace}/{self.route} to abort"
 
 
 @dataclass

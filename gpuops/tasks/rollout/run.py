@@ -26,6 +26,7 @@ Every wait is on the wall clock: analysis windows are Prometheus time.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -33,6 +34,7 @@ from typing import Any
 
 from prefect import get_run_logger
 
+from gpuops.common.annotations import ROLLOUT_ABORT
 from gpuops.common.errors import ConfigError, GpuopsError, KubeNotFound
 from gpuops.tasks.actions.perform import perform
 from gpuops.tasks.approvals.block_kit import ApprovalRequest
@@ -55,7 +57,7 @@ from gpuops.tasks.rollout.metrics import pool_series
 from gpuops.tasks.rollout.objects import PoolRef, PoolView, ServedApis
 from gpuops.tasks.rollout.preflight import Plan
 from gpuops.tasks.rollout.read_metrics import read_window
-from gpuops.tasks.rollout.read_objects import read_pool_view
+from gpuops.tasks.rollout.read_objects import read_pool_view, read_route
 from gpuops.tasks.rollout.report import verdict_text
 from gpuops.tasks.rollout.state import (
     Outcome,
@@ -176,8 +178,12 @@ class Course:
                     await self._fixed_capacity()
             await self._promote()
         except RolloutStopped as stop:
-            await self.roll_back(stop.reason)
-            return Result("rolled-back", stop.reason, self.steps)
+            aborted = await self.abort_requested()
+            outcome: Outcome = "aborted" if aborted is not None else "rolled-back"
+            reason = stop.reason if aborted is None or stop.outcome == "aborted" else \
+                f"aborted: {aborted} ({stop.reason})"
+            await self.roll_back(reason, outcome)
+            return Result(outcome, reason, self.steps)
         return Result("completed", f"{self.plan.old.pool.name} -> {new.pool_name}: the new "
                       f"version serves 100 %", self.steps)
 
@@ -286,7 +292,7 @@ class Course:
         """The new version against the old over [start, now], judged after `window_s` and
         again every `poll_s` while it WAITs, until `step_timeout_s`."""
         timing = self.spec.timing
-        await asyncio.sleep(timing.window_s)
+        await self.pause(timing.window_s)
         while True:
             end = _now()
             verdict = await asyncio.to_thread(self._verdict, start, end)
@@ -295,7 +301,7 @@ class Course:
             if verdict.status is not Status.WAIT or \
                     (end - start).total_seconds() + timing.poll_s > timing.step_timeout_s:
                 return verdict
-            await asyncio.sleep(timing.poll_s)
+            await self.pause(timing.poll_s)
 
     def _verdict(self, start: datetime, end: datetime) -> Verdict:
         old = read_pool_view(self.kube, self.apis, self.ns, self.plan.old.pool.name)
@@ -316,7 +322,7 @@ class Course:
                 raise RolloutStopped(f"InferencePool {pool} still has {len(view.pods)} pod(s) "
                                      f"after {self.spec.timing.ready_timeout_s:g} s (wanted at "
                                      f"most {at_most})", "not ready")
-            await asyncio.sleep(POLL_S)
+            await self.pause(POLL_S)
 
     async def wait_ready_and_warm(self, replicas: int, *, warm_up: bool = True
                                   ) -> list[str]:
@@ -339,7 +345,7 @@ class Course:
             if _now() >= deadline:
                 raise RolloutStopped(await asyncio.to_thread(self._not_ready, view, replicas),
                                      "not ready")
-            await asyncio.sleep(POLL_S)
+            await self.pause(POLL_S)
         if warm_up and timing.warmup_requests > 0:
             await self._warm_up(ready, port, model, deadline)
         return ready
@@ -365,7 +371,7 @@ class Course:
                 raise RolloutStopped("the new version was still warming up (TTFT falling) "
                                      f"after {timing.ready_timeout_s:g} s", "not ready")
             previous = {b.pod: b for b in batches}
-            await asyncio.sleep(timing.warmup_interval_s)
+            await self.pause(timing.warmup_interval_s)
 
     def _not_ready(self, view: PoolView, replicas: int) -> str:
         ready = sum(p.ready for p in view.pods)
@@ -394,19 +400,38 @@ class Course:
                                     f"{until:%H:%M:%S}", phase="promoted", keep_old_until=until)
             record = self.record
         if record.keep_old_until is not None:
-            wait = (record.keep_old_until - _now()).total_seconds()
-            if wait > 0:
-                await asyncio.sleep(wait)
+            # The old version is still warm: an abort now sends the traffic back to it.
+            await self.pause((record.keep_old_until - _now()).total_seconds())
         await retire_old(self.kube, self.apis, self.ns, self.route, record,
                          delete=self.spec.on_success == "delete")
 
-    async def roll_back(self, reason: str) -> None:
+    async def roll_back(self, reason: str, outcome: Outcome = "rolled-back") -> None:
         assert self.record is not None
         await roll_back(self.kube, self.apis, self.ns, self.route, self.record, reason,
-                        group=self.plan.old_ref.group)
+                        group=self.plan.old_ref.group, outcome=outcome)
         if self.notify is not None:
+            what = "aborted and rolled back" if outcome == "aborted" else "rolled back"
             await self.notify(f"Serving rollout {self.plan.old.pool.ref} -> "
-                              f"{self.plan.new.pool_name} rolled back: {reason}")
+                              f"{self.plan.new.pool_name} {what}: {reason}")
+
+    # --- abort --------------------------------------------------------------------------------
+
+    async def abort_requested(self) -> str | None:
+        """Who asked to abort, and why (`gpuops rollout abort`), or None."""
+        route = await asyncio.to_thread(read_route, self.kube, self.apis, self.ns, self.route)
+        return route.annotations.get(ROLLOUT_ABORT)
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep `seconds`, looking for an abort request every POLL_S (a stop if there is)."""
+        end = time.monotonic() + max(0.0, seconds)
+        while True:
+            why = await self.abort_requested()
+            if why is not None:
+                raise RolloutStopped(f"aborted: {why}", "aborted")
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(POLL_S, left))
 
 
 def _waiting_reason(pod: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
-from gpuops.common.annotations import ROLLOUT, ROLLOUT_LAST
+from gpuops.common.annotations import ROLLOUT, ROLLOUT_ABORT, ROLLOUT_LAST
 from gpuops.common.errors import ConfigError
 
 Phase = Literal["preparing", "warming", "shifting", "promoted", "rolling-back"]
@@ -123,4 +123,4 @@ def ended_annotations(record: RolloutRecord, outcome: Outcome, now: datetime, de
             f"{record.new_pool} ({record.mode})")
     if detail:
         line += f": {detail}"
-    return {ROLLOUT: None, ROLLOUT_LAST: line[:1000]}
+    return {ROLLOUT: None, ROLLOUT_ABORT: None, ROLLOUT_LAST: line[:1000]}

@@ -1,0 +1,57 @@
+"""What `gpuops rollout status POOL` shows: the pool's route, its weights, the rollout recorded
+on it and how the last one ended (a read, and its text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuops.common.annotations import ROLLOUT_ABORT, ROLLOUT_LAST
+from gpuops.common.errors import ConfigError
+from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.rollout.objects import POOL_KIND, HTTPRoute
+from gpuops.tasks.rollout.read_objects import read_pool_view, read_served_apis
+from gpuops.tasks.rollout.state import RolloutRecord, read_record
+
+
+@dataclass(frozen=True)
+class RolloutStatus:
+    pool: str  # namespace/name
+    route: HTTPRoute
+    weights: tuple[tuple[str, int], ...]  # (pool, weight) in the rules naming the pool
+    record: RolloutRecord | None
+    last: str | None
+    abort: str | None
+
+
+def read_status(kube: Kube, namespace: str, name: str) -> RolloutStatus:
+    view = read_pool_view(kube, read_served_apis(kube), namespace, name, field="pool")
+    if len(view.routes) != 1:
+        raise ConfigError("pool", f"InferencePool {view.pool.ref} is routed by "
+                          f"{len(view.routes)} HTTPRoutes; a rollout needs exactly one")
+    route = view.routes[0]
+    weights = tuple((b.name, b.weight) for rule in route.rules_for(view.pool.ref)
+                    for b in rule.backends if b.kind == POOL_KIND)
+    return RolloutStatus(str(view.pool.ref), route, weights,
+                         read_record(dict(route.annotations), f"HTTPRoute {route}"),
+                         route.annotations.get(ROLLOUT_LAST), route.annotations.get(ROLLOUT_ABORT))
+
+
+def status_text(status: RolloutStatus, run_state: str | None = None) -> str:
+    lines = [f"HTTPRoute {status.route}: " + ", ".join(f"{pool} {weight} %" for pool, weight
+                                                       in status.weights)]
+    record = status.record
+    if record is None:
+        lines.append("rollout: none in progress")
+    else:
+        at = f"{record.weight} %" + (" (judged, passed)" if record.passed else "")
+        lines.append(f"rollout: {record.old_pool} -> {record.new_pool} ({record.mode}), "
+                     f"{record.phase} at {at}, updated {record.updated:%Y-%m-%d %H:%M:%S}Z")
+        lines.append(f"run: {record.run}" + (f" ({run_state})" if run_state else ""))
+        if record.keep_old_until is not None:
+            lines.append(f"old version kept warm until {record.keep_old_until:%H:%M:%S}Z")
+    if status.abort:
+        lines.append(f"abort requested: {status.abort}")
+    if status.last:
+        lines.append(f"last: {status.last}")
+    return "\n".join(lines)
