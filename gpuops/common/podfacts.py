@@ -15,6 +15,7 @@ from typing import Any
 from gpuops.common.quantity import parse_quantity
 
 GPU = "nvidia.com/gpu"
+GPU_MILLI = "gpuops.io/gpu-milli"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
@@ -22,16 +23,26 @@ def pod_gpus(pod: Mapping[str, Any]) -> int:
     """GPUs a pod holds: the larger of its containers' sum and its largest init container
     (init containers run one at a time, before the others). A container's limit counts,
     else its request (for extended resources the two must be equal when both are set)."""
+    return _asked(pod, GPU)
+
+
+def pod_gpu_milli(pod: Mapping[str, Any]) -> int:
+    """The share of one GPU a pod asks for, in milli-GPU (`gpuops.io/gpu-milli`, gpuops'
+    and simcluster's shared-GPU resource); 0 when it asks for none. Counted as `pod_gpus`."""
+    return _asked(pod, GPU_MILLI)
+
+
+def _asked(pod: Mapping[str, Any], resource: str) -> int:
     spec = pod.get("spec") or {}
 
-    def gpus(container: Mapping[str, Any]) -> int:
+    def asked(container: Mapping[str, Any]) -> int:
         resources = container.get("resources") or {}
-        wanted = (resources.get("limits") or {}).get(GPU) or \
-            (resources.get("requests") or {}).get(GPU) or 0
+        wanted = (resources.get("limits") or {}).get(resource) or \
+            (resources.get("requests") or {}).get(resource) or 0
         return int(parse_quantity(wanted))
 
-    main = sum(gpus(c) for c in spec.get("containers") or [])
-    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
+    main = sum(asked(c) for c in spec.get("containers") or [])
+    init = max((asked(c) for c in spec.get("initContainers") or []), default=0)
     return max(main, init)
 
 

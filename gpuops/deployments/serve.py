@@ -14,6 +14,7 @@ from prefect.exceptions import TerminationSignal
 from prefect.runner import Runner
 from prefect.schedules import Interval, Schedule
 
+from gpuops.flows.capacity_for_pending import CAPACITY_NEEDED, capacity_for_pending
 from gpuops.flows.capacity_prewarm import capacity_prewarm
 from gpuops.flows.drain_node import drain_node
 from gpuops.flows.gpu_consolidate import GPU_IDLE, gpu_consolidate
@@ -110,6 +111,22 @@ def deployments(*, approval_policy: str = "", capacity_mode: str = "dry-run") ->
                 limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
             description="Remove idle GPU nodes (cordon, drain, terminate that instance), "
                         "with approval; never below the capacity plan or a pool's minimum."),
+        # A rebalance that found pending GPU pods no node fits, even empty, names them in
+        # gpuops.gpu.capacity-needed: the run raises the pool whose nodes would hold them.
+        # A pool change: a dry run unless capacity changes are applied. One run at a time,
+        # new ones cancelled (the next rebalance names the pods again if still pending).
+        capacity_for_pending.to_deployment(
+            name="on-capacity-needed", tags=["gpuops", "capacity"],
+            triggers=[DeploymentEventTrigger(
+                name="GPU capacity needed", expect={CAPACITY_NEEDED},
+                match={"prefect.resource.id": "k8s.*", "gpuops.kind": "Cluster"},
+                parameters={"pods": "{{ event.payload.pods }}",
+                            "event_id": "{{ event.id | string }}"})],
+            parameters={"mode": capacity_mode, **policy},
+            concurrency_limit=ConcurrencyLimitConfig(
+                limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW),
+            description="Raise the node pool whose nodes would hold pending GPU pods that "
+                        "fit no node, with approval above the cost threshold."),
         gpu_scan.to_deployment(name="every-10-minutes", interval=timedelta(minutes=10),
                                tags=["gpuops", "rebalance"], description="GPU nodes as a "
                                "table: free GPUs, stranded GPUs, FGD fragmentation."),

@@ -164,9 +164,9 @@ async def gpu_rebalance(dry_run: bool = False, max_moves: int | None = None,
         summary: dict[str, Any] = {"status": repack.status, "moves": len(repack.moves),
                                    "landings": len(repack.landings), "dry_run": dry_run,
                                    "cleaned_runs": cleaned}
-        if repack.status == CAPACITY:
+        if repack.fit_no_node:  # for the capacity side (flows/capacity_for_pending.py)
             emit_event(CAPACITY_NEEDED, resource=_cluster_resource(kube), payload={
-                "pods": list(repack.unplaced), "reason": repack.reason or ""})
+                "pods": list(repack.fit_no_node), "reason": repack.reason or ""})
         if not repack.moves:
             name = {NOTHING_PENDING: "NothingPending", NO_MOVES_NEEDED: "NoMovesNeeded",
                     CAPACITY: "CapacityNeeded", CANNOT_HELP: "CannotHelp"}.get(repack.status,

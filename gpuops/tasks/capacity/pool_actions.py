@@ -20,6 +20,7 @@ from gpuops.tasks.actions.nodepools import (
 )
 from gpuops.tasks.actions.perform import SafeAction
 from gpuops.tasks.actions.scale_in import ScaleInPool
+from gpuops.tasks.capacity.pending import PoolRaise
 from gpuops.tasks.capacity.plan import CapacityPlan
 from gpuops.tasks.capacity.prewarm import PoolState, PoolTarget, budget_for, placeholder_pods
 from gpuops.tasks.clients.aws import Aws, GpuBudget
@@ -68,3 +69,37 @@ def prewarm_actions(config: CapacityConfig, plan: CapacityPlan, targets: Sequenc
             actions.append((target.change, SetAsgWarmPool(aws, pool.group_name, pool.name,
                                                           warm, kube.cluster_name)))
     return [a for _, a in sorted(actions, key=lambda pair: pair[0] > 0)]
+
+
+def family_budget(config: CapacityConfig, pool: str, states: Mapping[str, PoolState]
+                  ) -> GpuBudget | None:
+    """The GPU quota of `pool`'s family and what its other pools hold now, or None."""
+    this = config.pool(pool)
+    quota = next((q for q in config.quotas if q.family == this.family), None)
+    if quota is None:
+        return None
+    others = sum(states[p.name].current_size * p.gpus_per_node for p in config.pools
+                 if p.family == this.family and p.name != pool and p.name in states)
+    return GpuBudget(quota.family, quota.max_gpus, this.gpus_per_node, others)
+
+
+def raise_actions(config: CapacityConfig, raises: Sequence[PoolRaise],
+                  states: Mapping[str, PoolState], *, aws: Aws, kube: Kube,
+                  eks_cluster: str) -> list[SafeAction]:
+    """One action per pool raised for pending pods, as pre-warm raises a pool: an EKS node
+    group's minSize (desired follows), an ASG's desired capacity; the quota checked by AWS's
+    wrapper before the call."""
+    actions: list[SafeAction] = []
+    for r in raises:
+        if r.change <= 0:
+            continue
+        pool = config.pool(r.pool)
+        budget = family_budget(config, r.pool, states)
+        if pool.backing == "eks":
+            actions.append(SetNodeGroupMinSize(aws, eks_cluster, pool.group_name, pool.name,
+                                               r.target, budget,
+                                               cluster_name=kube.cluster_name))
+        elif pool.backing == "asg":
+            actions.append(SetAsgDesiredCapacity(aws, pool.group_name, pool.name, r.target,
+                                                 budget, cluster_name=kube.cluster_name))
+    return actions

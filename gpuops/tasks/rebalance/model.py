@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuops.common.errors import ConfigError
+from gpuops.common.nodefit import requirement_matches, tolerates
 
 MILLI = 1000  # milli-GPU in one GPU
 
@@ -54,11 +55,8 @@ class Toleration:
             raise ConfigError("toleration.operator", f"{self.operator!r} is not Equal or Exists")
 
     def tolerates(self, taint: Taint) -> bool:
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.operator == "Exists":
-            return not self.key or self.key == taint.key
-        return self.key == taint.key and self.value == taint.value
+        return tolerates(self.key, self.operator, self.value, self.effect, taint.key,
+                         taint.value, taint.effect)
 
 
 @dataclass(frozen=True)
@@ -75,21 +73,7 @@ class Requirement:
                               f"{sorted(SELECTOR_OPERATORS)}")
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        value = labels.get(self.key)
-        if self.operator == "In":
-            return value is not None and value in self.values
-        if self.operator == "NotIn":
-            return value is None or value not in self.values
-        if self.operator == "Exists":
-            return value is not None
-        if self.operator == "DoesNotExist":
-            return value is None
-        try:  # Gt / Lt compare integers; a label that is not one does not match
-            return value is not None and (int(value) > int(self.values[0])
-                                          if self.operator == "Gt"
-                                          else int(value) < int(self.values[0]))
-        except (ValueError, IndexError):
-            return False
+        return requirement_matches(self.key, self.operator, self.values, labels)
 
 
 @dataclass(frozen=True)

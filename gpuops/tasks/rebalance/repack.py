@@ -152,6 +152,8 @@ class RepackPlan:
     fragmentation_gpus_before: float  # FGD measure, cluster sum, in GPUs
     fragmentation_gpus_after: float
     unmovable: dict[str, str] = field(default_factory=dict)  # pod -> why it may not move
+    # pending pods that fit no node even empty: capacity's business, not a repack's
+    fit_no_node: tuple[str, ...] = ()
 
 
 @dataclass
@@ -220,7 +222,10 @@ def plan_repack(cluster: Cluster, options: RepackOptions | None = None, *,
                       solve_s=time.monotonic() - started, stranded_gpus_before=stranded_before,
                       stranded_gpus_after=stranded_gpus(state, still),
                       fragmentation_gpus_before=frag_before,
-                      fragmentation_gpus_after=_frag_gpus(state, shapes), unmovable=unmovable)
+                      fragmentation_gpus_after=_frag_gpus(state, shapes), unmovable=unmovable,
+                      fit_no_node=tuple(pods[p].key for p in still
+                                        if pods[p].gpu_count
+                                        and not _fits_empty_somewhere(state, p)))
 
 
 def rules_for(cluster: Cluster, pods: Sequence[Pod],
