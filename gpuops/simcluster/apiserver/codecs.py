@@ -115,8 +115,27 @@ def _query(query: Mapping[str, str], name: str, parse: Callable[[str], T], what:
                                  ) from None
 
 
-def dry_run(request: web.Request) -> bool:
-    return request.query.get("dryRun") == "All"
+def dry_run(request: web.Request, options_kind: str, given: Any = None) -> bool:
+    """Whether a write is a dry run: `dryRun=All` in the query or, for a delete, `dryRun:
+    [All]` in its DeleteOptions (`given`). Any other value is refused as kube-apiserver's
+    option validation does (422 on the `options_kind`, e.g. CreateOptions)."""
+    values = [*request.query.getall("dryRun", [])]
+    return dry_run_of(values + (given if isinstance(given, list) else
+                                [] if given is None else [given]), options_kind)
+
+
+def dry_run_of(values: Any, options_kind: str) -> bool:
+    """Whether these `dryRun` values (a list, or None) ask for a dry run; 422 unless each is
+    `All`, the only value kube-apiserver supports."""
+    values = [] if values is None else values if isinstance(values, list) else [values]
+    if any(v != "All" for v in values):
+        listed = ", ".join(orjson.dumps(str(v)).decode() for v in values)
+        message = f'Unsupported value: []string{{{listed}}}: supported values: "All"'
+        raise errors.ApiError(
+            422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: dryRun: {message}',
+            details={"group": "meta.k8s.io", "kind": options_kind, "causes": [
+                {"reason": "FieldValueNotSupported", "message": message, "field": "dryRun"}]})
+    return bool(values)
 
 
 def check_kind(rt: ResourceType, body: dict) -> None:

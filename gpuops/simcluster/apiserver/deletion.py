@@ -6,10 +6,13 @@ Foreground on an object that has dependents put the collector's finalizer on it 
 stays (202) until the collector is done. Whether an object has dependents is the collector's
 owner index, handed in as `has_dependents`; without a collector (a bare API server) nothing is
 held back. A pod answers with itself even once gone; other objects with a Success Status.
+A dry run (`dryRun=All` in the query or the DeleteOptions) answers the same with the object as
+the deletion would leave it, and changes nothing.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +20,7 @@ from aiohttp import web
 
 from ..core import errors
 from ..core.admission import admit_delete
+from ..core.clock import rfc3339
 from ..core.ownership import FOREGROUND, ORPHAN, PROPAGATION_POLICIES, add_finalizer
 from ..core.resources import ResourceType
 from ..core.selectors import parse_field_selector, parse_label_selector
@@ -40,20 +44,27 @@ class Deletion:
         options = await read_body(request, default={}) or {}
         grace = request.query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
         pre = options.get("preconditions") or {}
+        dry = dry_run(request, "DeleteOptions", options.get("dryRun"))
         old = self.store.get(t.rtype, t.namespace, t.name)
         admit_delete(t.rtype, old)
-        if dry_run(request):
-            return json_response(old)
         orphan = request.query.get("orphanDependents", options.get("orphanDependents"))
-        if self._hold_for_dependents(t.rtype, old, request.query.get(
+        held = self._hold_for_dependents(t.rtype, old, request.query.get(
                 "propagationPolicy", options.get("propagationPolicy")),
-                None if orphan is None else str(orphan).lower() == "true", pre):
+                None if orphan is None else str(orphan).lower() == "true", pre, dry)
+        if held is not None:
             pre = {**pre, "resourceVersion": None}  # checked before the finalizer went on
-        obj = self.store.delete(t.rtype, t.namespace, t.name,
-                                grace_period=_grace_period(grace),
-                                uid=pre.get("uid"), resource_version=pre.get("resourceVersion"))
-        t.rtype.strategy.after_delete(self.store, t.name)
-        still_there = self.store.find(t.rtype, t.namespace, t.name) is not None
+        if dry and held is not None:  # the finalizer holds it: it would only be marked
+            obj = copy.deepcopy(held)
+            obj["metadata"]["deletionTimestamp"] = rfc3339(self.store.clock.now())
+        else:
+            obj = self.store.delete(t.rtype, t.namespace, t.name,
+                                    grace_period=_grace_period(grace), uid=pre.get("uid"),
+                                    resource_version=pre.get("resourceVersion"), dry_run=dry)
+        if dry:
+            still_there = bool(obj["metadata"].get("deletionTimestamp"))
+        else:
+            t.rtype.strategy.after_delete(self.store, t.name)
+            still_there = self.store.find(t.rtype, t.namespace, t.name) is not None
         if t.rtype.strategy.returns_deleted_object:
             return json_response(obj)
         if still_there:
@@ -68,7 +79,7 @@ class Deletion:
         labels = parse_label_selector(request.query.get("labelSelector"))
         fields = parse_field_selector(request.query.get("fieldSelector"), t.rtype.kind)
         items = self.store.list(t.rtype, t.namespace, labels, fields)
-        if not dry_run(request):
+        if not dry_run(request, "DeleteOptions"):
             for obj in items:
                 meta = obj["metadata"]
                 if self.store.find(t.rtype, meta.get("namespace"), meta["name"]) is not None:
@@ -76,10 +87,11 @@ class Deletion:
         return json_response(self.lister.body(t.rtype, items, None))
 
     def _hold_for_dependents(self, rt: ResourceType, obj: Obj, propagation_policy: str | None,
-                             orphan_dependents: bool | None, preconditions: Obj) -> bool:
+                             orphan_dependents: bool | None, preconditions: Obj,
+                             dry_run: bool) -> Obj | None:
         """Validate propagationPolicy and, for Orphan or Foreground on an object that has
-        dependents, add the finalizer the collector acts on. True when it did (the object's
-        resourceVersion moved; the preconditions were checked first)."""
+        dependents, add the finalizer the collector acts on: the object with it when it did
+        (its resourceVersion moved; the preconditions were checked first), else None."""
         if propagation_policy is not None and propagation_policy not in PROPAGATION_POLICIES:
             raise errors.invalid("DeleteOptions", "", "propagationPolicy",
                                  f'Unsupported value: "{propagation_policy}": supported '
@@ -89,9 +101,9 @@ class Deletion:
         policy = propagation_policy or rt.strategy.default_propagation
         meta = obj["metadata"]
         if policy == "Background" or meta.get("deletionTimestamp"):
-            return False
+            return None
         if self.has_dependents is None or not self.has_dependents(meta["uid"]):
-            return False
+            return None
         pre = preconditions
         if pre.get("uid") and pre["uid"] != meta["uid"]:
             raise errors.ApiError(409, "Conflict", f"Precondition failed: UID in precondition: "
@@ -99,9 +111,8 @@ class Deletion:
         if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
             raise errors.conflict(rt.plural, meta["name"], rt.group)
         finalizer = ORPHAN if policy == "Orphan" else FOREGROUND
-        self.store.mutate(rt, meta.get("namespace") or None, meta["name"],
-                          lambda o: add_finalizer(o, finalizer))
-        return True
+        return self.store.mutate(rt, meta.get("namespace") or None, meta["name"],
+                                 lambda o: add_finalizer(o, finalizer), dry_run=dry_run)
 
 
 def _grace_period(value: Any) -> int | None:

@@ -16,7 +16,7 @@ from ..core.logs import LogStore
 from ..core.pdb import pdb_budget, pdbs_covering
 from ..core.podproxy import PodProxy, ProxyRequest
 from ..core.store import Store
-from .codecs import query_int, query_time
+from .codecs import dry_run_of, query_int, query_time
 
 
 class PodSubresources:
@@ -114,9 +114,13 @@ class PodSubresources:
 
     # --- eviction and binding ------------------------------------------------------------------
 
-    def evict(self, body: Any, namespace: str, name: str) -> web.Response:
+    def evict(self, body: Any, namespace: str, name: str, *, dry_run: bool = False
+              ) -> web.Response:
+        """`dry_run`: the query's; the Eviction's deleteOptions may ask for one too."""
         if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
             raise errors.bad_request("the request body must be an Eviction")
+        options = body.get("deleteOptions") or {}
+        dry_run = dry_run_of(options.get("dryRun"), "DeleteOptions") or dry_run
         store, pods = self.store, self.pods
         pod = store.get(pods, namespace, name)
         if pod["metadata"].get("deletionTimestamp"):
@@ -133,14 +137,16 @@ class PodSubresources:
                                  "message": f"The disruption budget {pdb['metadata']['name']} "
                                             f"needs {budget['desiredHealthy']} healthy pods "
                                             f"and has {budget['currentHealthy']} currently"}])
-        options = body.get("deleteOptions") or {}
-        store.mutate(pods, namespace, name, lambda p: _add_condition(
-            p, "DisruptionTarget", "EvictionByEvictionAPI", "Eviction API: evicting",
-            rfc3339(self.clock.now())), subresource="status")
-        store.delete(pods, namespace, name, grace_period=options.get("gracePeriodSeconds"))
+        if not dry_run:
+            store.mutate(pods, namespace, name, lambda p: _add_condition(
+                p, "DisruptionTarget", "EvictionByEvictionAPI", "Eviction API: evicting",
+                rfc3339(self.clock.now())), subresource="status")
+        store.delete(pods, namespace, name, grace_period=options.get("gracePeriodSeconds"),
+                     dry_run=dry_run)
         return _evicted()
 
-    def bind(self, body: Any, namespace: str, name: str) -> web.Response:
+    def bind(self, body: Any, namespace: str, name: str, *, dry_run: bool = False
+             ) -> web.Response:
         target = (body.get("target") or {}) if isinstance(body, dict) else {}
         node = target.get("name")
         if not node:
@@ -160,7 +166,8 @@ class PodSubresources:
             cond.pop("reason")
             cond.pop("message")
 
-        self.store.mutate(self.pods, namespace, name, assign, subresource="binding")
+        self.store.mutate(self.pods, namespace, name, assign, subresource="binding",
+                          dry_run=dry_run)
         return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
                                   "status": "Success", "code": 201}, status=201)
 

@@ -25,11 +25,13 @@ def scale_of(obj: dict) -> dict[str, Any]:
                        "selector": match}}
 
 
-def set_scale(store: Store, t: Target, replicas: Any) -> web.Response:
+def set_scale(store: Store, t: Target, replicas: Any, *, dry_run: bool = False
+              ) -> web.Response:
     if not isinstance(replicas, int) or replicas < 0:
         raise errors.invalid("Scale", t.name or "", "spec.replicas",
                              f"Invalid value: {replicas!r}: must be greater than or "
                              "equal to 0")
     obj = store.mutate(t.rtype, t.namespace, t.name or "",
-                       lambda o: o.setdefault("spec", {}).update(replicas=replicas))
+                       lambda o: o.setdefault("spec", {}).update(replicas=replicas),
+                       dry_run=dry_run)
     return json_response(scale_of(obj))

@@ -21,7 +21,6 @@ from ..core import errors
 from ..core.admission import admit_create, admit_update
 from ..core.clock import VirtualClock
 from ..core.faults import FaultRegistry
-from ..core.intfields import check_integer_fields
 from ..core.logs import LogStore
 from ..core.patching import apply_patch
 from ..core.podproxy import PodProxy
@@ -148,9 +147,13 @@ class ApiServer:
         elif t.subresource == "log" and method == "GET":
             return await self.pods.read_log(request, t.namespace or "", t.name)
         elif t.subresource == "eviction" and method == "POST":
-            return self.pods.evict(await read_body(request), t.namespace or "", t.name)
+            dry = dry_run(request, "CreateOptions")
+            return self.pods.evict(await read_body(request), t.namespace or "", t.name,
+                                   dry_run=dry)
         elif t.subresource == "binding" and method == "POST":
-            return self.pods.bind(await read_body(request), t.namespace or "", t.name)
+            dry = dry_run(request, "CreateOptions")
+            return self.pods.bind(await read_body(request), t.namespace or "", t.name,
+                                  dry_run=dry)
         elif t.subresource == "proxy":
             return await self.pods.proxy(request, t.namespace or "", t.name, t.proxy_path)
         raise errors.method_not_allowed(f"the server does not allow this method on the "
@@ -178,6 +181,7 @@ class ApiServer:
 
     async def create(self, request: web.Request, t: Target) -> web.Response:
         rt = t.rtype
+        dry = dry_run(request, "CreateOptions")
         review = access.is_review(rt.group, rt.kind)
         body = await read_body(request, protobuf=(
             lambda raw: access.from_protobuf(rt.group, rt.kind, raw)) if review else None)
@@ -185,34 +189,31 @@ class ApiServer:
             raise errors.bad_request("the request body must be a JSON object")
         if t.rtype.strategy.binds_pod:
             name = (body.get("metadata") or {}).get("name", "")
-            return self.pods.bind(body, t.namespace or "", name)
+            return self.pods.bind(body, t.namespace or "", name, dry_run=dry)
         check_kind(t.rtype, body)
         if review:
             return json_response(access.review(rt.group, rt.kind, body), 201)
         body = admit_create(self.store, t.rtype, body)
-        if dry_run(request):
-            check_integer_fields(t.rtype.key, t.rtype.kind, body)  # the store checks the rest
-            return json_response(body, 201)
-        return json_response(self.store.create(t.rtype, body, t.namespace), 201)
+        return json_response(self.store.create(t.rtype, body, t.namespace, dry_run=dry), 201)
 
     async def replace(self, request: web.Request, t: Target) -> web.Response:
         assert t.name is not None
+        dry = dry_run(request, "UpdateOptions")
         body = await read_body(request)
         if not isinstance(body, dict):
             raise errors.bad_request("the request body must be a JSON object")
         if t.subresource == "scale":
-            return set_scale(self.store, t, (body.get("spec") or {}).get("replicas"))
+            return set_scale(self.store, t, (body.get("spec") or {}).get("replicas"),
+                             dry_run=dry)
         check_kind(t.rtype, body)
         old = self.store.get(t.rtype, t.namespace, t.name)
         body = admit_update(t.rtype, old, body)
-        if dry_run(request):
-            check_integer_fields(t.rtype.key, t.rtype.kind, body)
-            return json_response(body)
         return json_response(self.store.replace(t.rtype, t.namespace, t.name, body,
-                                                subresource=t.subresource))
+                                                subresource=t.subresource, dry_run=dry))
 
     async def patch(self, request: web.Request, t: Target) -> web.Response:
         assert t.name is not None
+        dry = dry_run(request, "PatchOptions")
         patch = await read_body(request)
         ctype = request.headers.get("Content-Type", "")
         if "strategic-merge-patch" in ctype and not t.rtype.builtin:
@@ -223,7 +224,8 @@ class ApiServer:
         old = self.store.get(t.rtype, t.namespace, t.name)
         if t.subresource == "scale":
             patched = apply_patch(ctype, scale_of(old), patch)
-            return set_scale(self.store, t, (patched.get("spec") or {}).get("replicas"))
+            return set_scale(self.store, t, (patched.get("spec") or {}).get("replicas"),
+                             dry_run=dry)
         new = apply_patch(ctype, old, patch)
         if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
             raise errors.bad_request("the patch removed the object's metadata")
@@ -235,11 +237,8 @@ class ApiServer:
                 raise errors.conflict(t.rtype.plural, t.name, t.rtype.group)
             new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         new = admit_update(t.rtype, old, new)
-        if dry_run(request):
-            check_integer_fields(t.rtype.key, t.rtype.kind, new)
-            return json_response(new)
         return json_response(self.store.replace(t.rtype, t.namespace, t.name, new,
-                                                subresource=t.subresource))
+                                                subresource=t.subresource, dry_run=dry))
 
 
 def _verb(method: str, t: Target) -> str | None:

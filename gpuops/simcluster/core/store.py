@@ -4,7 +4,9 @@ Stored objects are never mutated in place: every write stores a new dict. Reader
 layer, the controllers) may therefore hold a reference without copying, and must not mutate it.
 What differs per resource (graceful deletion, whose status a write keeps) is the resource
 type's strategy's (`registry/`). In-process components follow changes through listeners, each
-for the types it names, as informers do.
+for the types it names, as informers do. A write with `dry_run` (kube's `dryRun=All`) is checked
+exactly as a real one and returns the object it would store, but stores nothing: no new
+resourceVersion, no watch event, no listener called.
 """
 
 from __future__ import annotations
@@ -147,7 +149,8 @@ class Store:
 
     # --- writing -------------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, obj: Obj, namespace: str | None = None) -> Obj:
+    def create(self, rt: ResourceType, obj: Obj, namespace: str | None = None, *,
+               dry_run: bool = False) -> Obj:
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         if rt.namespaced:
@@ -177,10 +180,10 @@ class Store:
         meta.pop("deletionTimestamp", None)
         if "spec" in obj or rt.group:
             meta["generation"] = 1
-        return self._commit(rt, "ADDED", obj, None)
+        return self._commit(rt, "ADDED", obj, None, dry_run)
 
     def replace(self, rt: ResourceType, namespace: str | None, name: str, obj: Obj, *,
-                subresource: str | None = None) -> Obj:
+                subresource: str | None = None, dry_run: bool = False) -> Obj:
         """PUT semantics: optimistic concurrency on metadata.resourceVersion when given."""
         old = self.get(rt, namespace, name)
         new = copy.deepcopy(obj)
@@ -194,17 +197,19 @@ class Store:
         if meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:  # a precondition too
             raise errors.ApiError(409, "Conflict", f"Precondition failed: UID in precondition: "
                                   f"{meta['uid']}, UID in object meta: {old['metadata']['uid']}")
-        return self._write(rt, old, new, subresource=subresource)
+        return self._write(rt, old, new, subresource=subresource, dry_run=dry_run)
 
     def mutate(self, rt: ResourceType, namespace: str | None, name: str,
-               change: Callable[[Obj], Any], *, subresource: str | None = None) -> Obj:
+               change: Callable[[Obj], Any], *, subresource: str | None = None,
+               dry_run: bool = False) -> Obj:
         """Read-modify-write of the latest version (what the controllers use)."""
         old = self.get(rt, namespace, name)
         new = copy.deepcopy(old)
         change(new)
-        return self._write(rt, old, new, subresource=subresource)
+        return self._write(rt, old, new, subresource=subresource, dry_run=dry_run)
 
-    def _write(self, rt: ResourceType, old: Obj, new: Obj, *, subresource: str | None) -> Obj:
+    def _write(self, rt: ResourceType, old: Obj, new: Obj, *, subresource: str | None,
+               dry_run: bool = False) -> Obj:
         old_meta, meta = old["metadata"], new.setdefault("metadata", {})
         if subresource == "status":
             # Only status changes through the status subresource.
@@ -231,14 +236,14 @@ class Store:
             meta.pop("generation")
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         if old_meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            return self._remove(rt, new)
+            return self._remove(rt, new, dry_run)
         if _without_rv(new) == _without_rv(old):
             return old  # a no-op write keeps its resourceVersion, as the apiserver does
-        return self._commit(rt, "MODIFIED", new, old)
+        return self._commit(rt, "MODIFIED", new, old, dry_run)
 
     def delete(self, rt: ResourceType, namespace: str | None, name: str, *,
                grace_period: int | None = None, uid: str | None = None,
-               resource_version: str | None = None) -> Obj:
+               resource_version: str | None = None, dry_run: bool = False) -> Obj:
         old = self.get(rt, namespace, name)
         if uid and old["metadata"]["uid"] != uid:
             raise errors.ApiError(409, "Conflict", f"Precondition failed: UID in precondition: "
@@ -253,8 +258,8 @@ class Store:
             new["metadata"]["deletionTimestamp"] = rfc3339(self.clock.now())
             if graceful:
                 new["metadata"]["deletionGracePeriodSeconds"] = grace
-            return self._commit(rt, "MODIFIED", new, old)
-        return self._remove(rt, old)
+            return self._commit(rt, "MODIFIED", new, old, dry_run)
+        return self._remove(rt, old, dry_run)
 
     def finalize_deletion(self, rt: ResourceType, namespace: str | None, name: str) -> Obj | None:
         """Remove an object whose deletion is under way (the kubelet's last word on a pod)."""
@@ -263,7 +268,9 @@ class Store:
             return None
         return self._remove(rt, obj)
 
-    def _remove(self, rt: ResourceType, obj: Obj) -> Obj:
+    def _remove(self, rt: ResourceType, obj: Obj, dry_run: bool = False) -> Obj:
+        if dry_run:
+            return obj  # as it would be at its removal, still at its resourceVersion
         key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
         old = self._bucket(rt).pop(key)
         self._keysets[rt.key] = self._keysets.get(rt.key, 0) + 1
@@ -274,11 +281,20 @@ class Store:
         self._publish(Change(self._rv, rt, "DELETED", obj, old))
         return obj
 
-    def _commit(self, rt: ResourceType, kind: str, obj: Obj, old: Obj | None) -> Obj:
+    def _commit(self, rt: ResourceType, kind: str, obj: Obj, old: Obj | None,
+                dry_run: bool = False) -> Obj:
         # Every write, a client's or a simulated component's: no stored object may hold an
         # integer its Go type cannot (a LIST or WATCH of it would fail for every client).
         check_integer_fields(rt.key, rt.kind, obj, tuple(
             k for k in ("spec",) if old is not None and k in obj and obj[k] is old.get(k)))
+        if dry_run:
+            # kube's dry-run storage: a new object has no resourceVersion yet, an updated one
+            # the version it was read at.
+            if old is None:
+                obj["metadata"].pop("resourceVersion", None)
+            else:
+                obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            return obj
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
         meta = obj["metadata"]
