@@ -1,7 +1,6 @@
 """kubectl's server-side dry-run against simcluster: `apply --dry-run=server`, `diff`,
 `delete`/`scale --dry-run=server`, with the real kubectl 1.33 (`tests/kubectl.py`). What
 kubectl prints is checked, and what the official client then reads shows nothing changed.
-(`--validate=false`: kubectl validates against OpenAPI, which simcluster does not serve yet.)
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ def manifest(tmp_path: Path, level: str = "info", replicas: int = 2) -> str:
 
 
 def test_apply_dry_run_server_on_new_objects_creates_nothing(sim, kubectl, tmp_path):
-    out = kubectl(sim, "apply", "--dry-run=server", "--validate=false",
+    out = kubectl(sim, "apply", "--dry-run=server",
                   "-f", manifest(tmp_path))
     assert out.splitlines() == ["configmap/settings created (server dry run)",
                                 "deployment.apps/web created (server dry run)"]
@@ -63,12 +62,12 @@ def test_apply_dry_run_server_on_new_objects_creates_nothing(sim, kubectl, tmp_p
 
 def test_apply_dry_run_server_on_changed_objects_shows_the_result_and_keeps_them(
         sim, kubectl, tmp_path):
-    kubectl(sim, "apply", "--validate=false", "-f", manifest(tmp_path))
+    kubectl(sim, "apply", "-f", manifest(tmp_path))
     changed = manifest(tmp_path, level="debug", replicas=3)
-    out = kubectl(sim, "apply", "--dry-run=server", "--validate=false", "-f", changed)
+    out = kubectl(sim, "apply", "--dry-run=server", "-f", changed)
     assert out.splitlines() == ["configmap/settings configured (server dry run)",
                                 "deployment.apps/web configured (server dry run)"]
-    shown = kubectl(sim, "apply", "--dry-run=server", "--validate=false", "-f", changed,
+    shown = kubectl(sim, "apply", "--dry-run=server", "-f", changed,
                     "-o", "jsonpath={.items[0].data.level} {.items[1].spec.replicas}")
     assert shown == "debug 3"
     core, apps = client.CoreV1Api(sim.api), client.AppsV1Api(sim.api)
@@ -77,7 +76,7 @@ def test_apply_dry_run_server_on_changed_objects_shows_the_result_and_keeps_them
 
 
 def test_diff_shows_what_apply_would_change_and_nothing_when_in_sync(sim, kubectl, tmp_path):
-    kubectl(sim, "apply", "--validate=false", "-f", manifest(tmp_path))
+    kubectl(sim, "apply", "-f", manifest(tmp_path))
     same = kubectl.run(sim, "diff", "-f", manifest(tmp_path))
     assert (same.returncode, same.stdout) == (0, "")
 
@@ -92,7 +91,7 @@ def test_diff_shows_what_apply_would_change_and_nothing_when_in_sync(sim, kubect
 
 
 def test_delete_and_scale_dry_run_server_leave_the_objects_as_they_are(sim, kubectl, tmp_path):
-    kubectl(sim, "apply", "--validate=false", "-f", manifest(tmp_path))
+    kubectl(sim, "apply", "-f", manifest(tmp_path))
     assert kubectl(sim, "delete", "configmap", "settings", "--dry-run=server").strip() == \
         'configmap "settings" deleted (server dry run)'
     assert kubectl(sim, "scale", "deployment", "web", "--replicas=9",

@@ -31,6 +31,8 @@ from .codecs import check_kind, dry_run, error_response, json_response, read_bod
 from .deletion import Deletion
 from .faults import ApiFaults, register_api_faults
 from .lists import Lister
+from .openapi import fields as field_validation
+from .openapi.serve import OpenApi
 from .pods import PodSubresources
 from .printers import printer_for
 from .routing import Target, not_found, resolve
@@ -56,6 +58,7 @@ class ApiServer:
         self.lister = Lister(store)
         self.deletion = Deletion(store, self.lister, has_dependents)
         self.pods = PodSubresources(store, clock, logs, pod_proxy or PodProxy())
+        self.openapi = OpenApi(store)
         register_api_faults(faults, self.faults, store)
 
     def add_routes(self, app: web.Application) -> None:
@@ -90,6 +93,8 @@ class ApiServer:
         if parts in (["healthz"], ["readyz"], ["livez"]):
             return web.Response(text="ok")
         registry = self.store.registry
+        if parts[:1] == ["openapi"]:
+            return self.openapi.handle(request, parts[1:])
         if parts == ["api"]:
             return json_response(discovery.api_versions(request.host))
         if parts == ["apis"]:
@@ -191,10 +196,12 @@ class ApiServer:
             name = (body.get("metadata") or {}).get("name", "")
             return self.pods.bind(body, t.namespace or "", name, dry_run=dry)
         check_kind(t.rtype, body)
+        body, warnings = self._check_fields(request, rt, body, "CreateOptions", decoded=True)
         if review:
             return json_response(access.review(rt.group, rt.kind, body), 201)
         body = admit_create(self.store, t.rtype, body)
-        return json_response(self.store.create(t.rtype, body, t.namespace, dry_run=dry), 201)
+        return json_response(self.store.create(t.rtype, body, t.namespace, dry_run=dry), 201,
+                             warnings)
 
     async def replace(self, request: web.Request, t: Target) -> web.Response:
         assert t.name is not None
@@ -206,10 +213,13 @@ class ApiServer:
             return set_scale(self.store, t, (body.get("spec") or {}).get("replicas"),
                              dry_run=dry)
         check_kind(t.rtype, body)
+        body, warnings = self._check_fields(request, t.rtype, body, "UpdateOptions",
+                                            decoded=True)
         old = self.store.get(t.rtype, t.namespace, t.name)
         body = admit_update(t.rtype, old, body)
         return json_response(self.store.replace(t.rtype, t.namespace, t.name, body,
-                                                subresource=t.subresource, dry_run=dry))
+                                                subresource=t.subresource, dry_run=dry),
+                             headers=warnings)
 
     async def patch(self, request: web.Request, t: Target) -> web.Response:
         assert t.name is not None
@@ -236,9 +246,32 @@ class ApiServer:
                     "metadata", {}).get("resourceVersion") is not None:
                 raise errors.conflict(t.rtype.plural, t.name, t.rtype.group)
             new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        new, warnings = self._check_fields(request, t.rtype, new, "PatchOptions", decoded=False)
         new = admit_update(t.rtype, old, new)
         return json_response(self.store.replace(t.rtype, t.namespace, t.name, new,
-                                                subresource=t.subresource, dry_run=dry))
+                                                subresource=t.subresource, dry_run=dry),
+                             headers=warnings)
+
+    def _check_fields(self, request: web.Request, rt: ResourceType, obj: dict,
+                      options_kind: str, *, decoded: bool
+                      ) -> tuple[dict, dict[str, str] | None]:
+        """(`obj` without the fields its kind's schema does not declare, the Warning headers)
+        by `fieldValidation`: Strict refuses such a field with kube's strict decoding error (a
+        decoded body's names its kind; a patch's, the patched object's, does not); Warn (the
+        default) answers with a Warning header per field; Ignore only drops them."""
+        how = field_validation.directive(request.query.get("fieldValidation"), options_kind)
+        unknown, kept = self.openapi.unknown_fields(rt, obj)
+        if not unknown or how == "Ignore":
+            return kept, None
+        if how == "Strict":
+            error = "strict decoding error: " + ", ".join(unknown)
+            if decoded:
+                error = (f'{rt.kind} in version "{rt.version}" cannot be handled as a '
+                         f"{rt.kind}: {error}")
+            raise errors.bad_request(error)
+        return kept, {"Warning": ", ".join(
+            '299 - "' + u.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            for u in unknown)}
 
 
 def _verb(method: str, t: Target) -> str | None:

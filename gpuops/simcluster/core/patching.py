@@ -23,7 +23,7 @@ MERGE_KEYS: dict[str, str] = {
 # Lists of scalars merged as sets rather than replaced.
 MERGED_SCALAR_LISTS = {"finalizers"}
 # Lists whose merge key depends on where they sit.
-_PORTS_KEY = {"containers": "containerPort", "service": "port"}
+PORTS_MERGE_KEYS = {"containers": "containerPort", "service": "port"}
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -74,8 +74,8 @@ def _merge_list(current: list | None, patch: list, field: str, parent: str) -> l
         return current + [x for x in patch if x not in current]
     key = MERGE_KEYS.get(field)
     if field == "ports":
-        key = _PORTS_KEY["containers"] if parent in ("", "containers") or any(
-            isinstance(p, dict) and "containerPort" in p for p in patch) else _PORTS_KEY["service"]
+        key = PORTS_MERGE_KEYS["containers"] if parent in ("", "containers") or any(
+            isinstance(p, dict) and "containerPort" in p for p in patch) else PORTS_MERGE_KEYS["service"]
     if key is None or not all(isinstance(p, dict) for p in patch):
         return copy.deepcopy([p for p in patch if not (isinstance(p, dict) and p.get("$patch"))])
     if any(isinstance(p, dict) and p.get("$patch") == "replace" for p in patch):
