@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gpuops.simcluster.apiserver.openapi import models
 from tests.helpers import status_message, wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -101,6 +102,13 @@ def test_a_pod_schema_has_the_clients_fields_and_the_strategic_merge_extensions(
     container = resolve(doc, containers["items"])
     assert container["properties"]["image"]["type"] == "string"
     assert container["properties"]["ports"]["x-kubernetes-patch-merge-key"] == "containerPort"
+    # A merge key only where the items have that field: a node's addresses merge by type,
+    # an Endpoints subset's (no type field) are replaced whole, as kubectl then computes.
+    node_status = resolve(doc, schema_of(doc, "", "v1", "Node")["properties"]["status"])
+    assert node_status["properties"]["addresses"]["x-kubernetes-patch-merge-key"] == "type"
+    endpoints = models.definitions(models.model_class("", "v1", "Endpoints"))
+    assert "x-kubernetes-patch-merge-key" not in endpoints["v1.EndpointSubset"][
+        "properties"]["addresses"]
     # The PATCH of pods says the server validates fields, which is what kubectl looks for.
     patch = doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"]
     assert patch["x-kubernetes-group-version-kind"] == {"group": "", "version": "v1",

@@ -115,7 +115,10 @@ def _type_schema(text: str, refs: list[str]) -> Schema:
 def _list_extensions(field: str, type_text: str) -> Schema:
     item = type_text[5:-1].strip()
     key = _PORT_ITEMS.get(item) if field == "ports" else MERGE_KEYS.get(field)
-    if key is not None and item not in SCALARS:
+    # (a table keyed by field name: only where the items have the key, e.g. not Endpoints'
+    # `addresses`, whose items have no `type`)
+    cls = getattr(models, item, None)
+    if key is not None and key in getattr(cls, "attribute_map", {}).values():
         return {"x-kubernetes-patch-strategy": "merge", "x-kubernetes-patch-merge-key": key,
                 "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
     if field in MERGED_SCALAR_LISTS:
