@@ -110,3 +110,14 @@ def test_explain_a_custom_resource_reads_its_crds_schema(sim, kubectl):
     assert "KIND:       Runbook" in out and "GROUP:      gpuops.io" in out
     assert "What the runbook does." in out
     assert "  steps\t<[]string>" in out.splitlines()
+
+
+def test_explain_from_openapi_v2_reads_the_protobuf_document(sim, kubectl):
+    """kubectl's v2 reader (client-go's OpenAPISchema) takes gnostic protobuf only."""
+    out = kubectl(sim, "explain", "--output", "plaintext-openapiv2", "deployments.spec.strategy")
+    lines = out.splitlines()
+    assert lines[:2] == ["KIND:     Deployment", "VERSION:  apps/v1"]
+    assert "RESOURCE: strategy <Object>" in lines
+    listed = {line.split("\t")[0].strip() for line in lines
+              if line.startswith("   ") and not line.startswith("    ") and "\t" in line}
+    assert listed == set(client.V1DeploymentStrategy.attribute_map.values())

@@ -137,7 +137,7 @@ def test_a_crds_schema_is_served_from_the_crd_object_and_follows_its_changes(sim
     assert "owner" in runbook["properties"]["spec"]["properties"]
 
 
-def test_openapi_v2_is_served_as_json_and_refused_as_protobuf_only(sim):
+def test_openapi_v2_is_served_as_json_or_as_the_protobuf_client_go_asks_for(sim):
     status, doc, ctype = get(sim, "/openapi/v2")
     assert status == 200 and ctype.startswith("application/json")
     assert doc["swagger"] == "2.0"
@@ -146,8 +146,12 @@ def test_openapi_v2_is_served_as_json_and_refused_as_protobuf_only(sim):
         "x-kubernetes-group-version-kind", [])]
     assert len(deployments) == 1
     assert deployments[0]["properties"]["spec"]["$ref"].startswith("#/definitions/")
-    status, _, _ = get(sim, "/openapi/v2",
-                       accept="application/com.github.proto-openapi.spec.v2@v1.0+protobuf")
+    # (kubectl reading the protobuf is tested in test_sim_kubectl_openapi)
+    status, _, ctype = get(sim, "/openapi/v2",
+                           accept="application/com.github.proto-openapi.spec.v2@v1.0+protobuf")
+    assert status == 200
+    assert ctype == "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    status, _, _ = get(sim, "/openapi/v2", accept="application/xml")
     assert status == 406
 
 

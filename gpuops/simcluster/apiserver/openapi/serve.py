@@ -4,8 +4,7 @@ each kind's schema for field validation.
 A document depends on the group version's resources and on their CRDs' resourceVersions; it
 is rebuilt only when one of them changes. The v3 index links each group version with a hash
 of its document, as kube-apiserver's does, so clients cache it by URL. The v2 document is
-served as JSON only: kube-apiserver also serves it as protobuf (what client-go asks for), a
-client that accepts nothing else gets 406.
+served as JSON or, to whoever asks for it (client-go does), as gnostic protobuf.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from ...core.resources import ResourceType
 from ...core.store import Store
 from ..codecs import JSON
 from ..routing import not_found
-from . import documents, fields
+from . import documents, fields, protobuf
 
 Schema = dict[str, Any]
 
@@ -31,6 +30,7 @@ class OpenApi:
         self.store = store
         self._cache: dict[tuple, bytes] = {}
         self._schemas: dict[tuple, tuple[Schema, dict[str, Schema]]] = {}
+        self._v2_doc: tuple[tuple, Schema] | None = None
 
     # --- HTTP --------------------------------------------------------------------------------
 
@@ -38,11 +38,15 @@ class OpenApi:
         """`parts`: the path after `openapi`."""
         if parts == ["v2"]:
             accept = request.headers.get("Accept", "")
+            key = self._version_key(None)
+            if "proto-openapi.spec.v2" in accept:
+                body = self._built(("v2pb", key), lambda: protobuf.document(self._v2(key)),
+                                   encode=False)
+                return web.Response(body=body, headers={"Content-Type": protobuf.MEDIA_TYPE})
             if accept and not any(t in accept for t in (JSON, "*/*")):
-                raise errors.ApiError(406, "NotAcceptable", "simcluster serves the OpenAPI v2 "
-                                      "document as application/json only")
-            return self._bytes(("v2", self._version_key(None)),
-                               lambda: documents.v2_document(self._types(None)))
+                raise errors.ApiError(406, "NotAcceptable", "the OpenAPI v2 document is served "
+                                      f"as {JSON} or {protobuf.ACCEPTED}")
+            return self._bytes(("v2", key), lambda: self._v2(key))
         if parts == ["v3"]:
             return web.Response(body=orjson.dumps(self.v3_index()), content_type=JSON)
         if parts[:1] == ["v3"] and len(parts) in (3, 4):
@@ -81,15 +85,22 @@ class OpenApi:
         return ("v3", group, version, self._version_key(types)), (
             lambda: documents.v3_document(types))
 
+    def _v2(self, key: tuple) -> Schema:
+        if self._v2_doc is None or self._v2_doc[0] != key:
+            self._v2_doc = (key, documents.v2_document(self._types(None)))
+        return self._v2_doc[1]
+
     def _bytes(self, key: tuple, build: Any) -> web.Response:
         return web.Response(body=self._built(key, build), content_type=JSON)
 
-    def _built(self, key: tuple, build: Any) -> bytes:
+    def _built(self, key: tuple, build: Any, *, encode: bool = True) -> bytes:
+        """`build()`'s document as JSON (`encode`) or as the bytes it returns, cached."""
         body = self._cache.get(key)
         if body is None:
             if len(self._cache) > 256:  # documents of CRD versions long gone
                 self._cache.clear()
-            body = self._cache[key] = orjson.dumps(build())
+            built = build()
+            body = self._cache[key] = orjson.dumps(built) if encode else built
         return body
 
     def _group_versions(self) -> list[tuple[str, str]]:
