@@ -11,6 +11,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.helpers import wait_for
+
 pytestmark = pytest.mark.timeout(180)
 NS = "default"
 
@@ -99,3 +101,23 @@ def test_delete_and_scale_dry_run_server_leave_the_objects_as_they_are(sim, kube
     core, apps = client.CoreV1Api(sim.api), client.AppsV1Api(sim.api)
     assert core.read_namespaced_config_map("settings", NS).data == {"level": "info"}
     assert apps.read_namespaced_deployment("web", NS).spec.replicas == 2
+
+
+def test_drain_dry_run_server_cordons_and_evicts_nothing(sim, kubectl):
+    core = client.CoreV1Api(sim.api)
+    core.create_node({"metadata": {"name": "gpu-node-1"}, "status": {
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        "capacity": {"cpu": "8", "memory": "64Gi", "pods": "110"},
+        "allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110"}}})
+    core.create_namespaced_pod(NS, {"metadata": {"name": "p1"}, "spec": {
+        "nodeName": "gpu-node-1", "containers": [{"name": "app", "image": "busybox:1.36"}]}})
+    wait_for(lambda: core.read_namespaced_pod("p1", NS).status.phase == "Running",
+             timeout=30, message="p1 running")
+    done = kubectl.run(sim, "drain", "gpu-node-1", "--dry-run=server", "--force")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["node/gpu-node-1 cordoned (server dry run)",
+                                        "evicting pod default/p1 (server dry run)",
+                                        "node/gpu-node-1 drained (server dry run)"]
+    assert not (core.read_node("gpu-node-1").spec or client.V1NodeSpec()).unschedulable
+    pod = core.read_namespaced_pod("p1", NS)
+    assert pod.metadata.deletion_timestamp is None and pod.status.phase == "Running"
