@@ -4,7 +4,9 @@ Only the HTTP shape lives here; semantics (versions, conflicts, watch history) a
 store's, what differs per resource its strategy's (`core/registry/`, through
 `core/admission.py`), lists are `lists.py`'s, watches `watch.py`'s, deletion `deletion.py`'s,
 pod subresources (log, eviction, binding, proxy) `pods.py`'s; the form a read answers in
-(JSON, a Table of `printers/`, PartialObjectMetadata) `views.py`'s. A bad request it detects is a
+(JSON, a Table of `printers/`, PartialObjectMetadata) `views.py`'s; the OpenAPI documents and
+the unknown-field check of `fieldValidation` `openapi/`'s. A dry run (`dryRun=All`) takes the
+same path as the write, the store storing nothing. A bad request it detects is a
 400 naming what is wrong; an exception from simcluster's own code is a 500 InternalError, as
 kube-apiserver answers.
 """
