@@ -345,14 +345,15 @@ def test_bad_policy_values_are_refused_naming_the_field(values, field):
 
 def test_a_bad_policy_document_fails_the_run_naming_the_block_and_field(prefect_server,
                                                                          sim_factory):
-    name = f"bad-{uuid.uuid4().hex[:8]}"
-    RebalancePolicy.model_construct(max_moves=-3).save(name)  # as edited in the UI
+    # A name without digits: the message must not echo the bad value, -37.
+    name = "bad-" + "".join(chr(ord("a") + int(c, 16)) for c in uuid.uuid4().hex[:8])
+    RebalancePolicy.model_construct(max_moves=-37).save(name)  # as edited in the UI
 
     state = asyncio.run(gpu_rebalance(rebalance_block=name, return_state=True))
 
     assert state.is_failed()
     assert f"Block gpuops-rebalance-policy/{name}: max_moves:" in state.message
-    assert "-3" not in state.message
+    assert "-37" not in state.message
 
 
 def test_the_served_deployment_is_triggered_by_the_watchers_stranded_event_and_a_schedule():

@@ -175,10 +175,15 @@ def test_the_local_policy_is_saved_once_with_the_local_approver_and_edits_are_ke
 def test_the_served_flows_use_the_named_policy_and_the_hourly_run_says_its_mode() -> None:
     from gpuops.deployments.serve import deployments
 
-    default = {d.name: d.parameters for d in deployments()}
-    named = {d.name: d.parameters for d in deployments(approval_policy="oncall",
-                                                       capacity_mode="apply")}
+    default = {f"{d.flow_name}/{d.name}": d.parameters for d in deployments()}
+    named = {f"{d.flow_name}/{d.name}": d.parameters
+             for d in deployments(approval_policy="oncall", capacity_mode="apply")}
 
-    assert default["hourly"] == {"mode": "dry-run"}
-    assert named["hourly"] == {"mode": "apply", "policy_block": "oncall"}
-    assert named["on-demand"] == {"policy_block": "oncall"}
+    assert default["capacity-prewarm/hourly"] == {"mode": "dry-run"}
+    assert named["capacity-prewarm/hourly"] == {"mode": "apply", "policy_block": "oncall"}
+    # Every flow that asks for approval asks the named policy's approvers.
+    for asking in ("drain-node/on-demand", "gpu-rebalance/on-stranded",
+                   "serving-rollout/on-demand"):
+        assert named[asking] == {"policy_block": "oncall"}, asking
+    assert named["gpu-consolidate/on-idle"]["policy_block"] == "oncall"
+    assert named["capacity-for-pending/on-capacity-needed"]["policy_block"] == "oncall"
