@@ -18,17 +18,16 @@ from gpuops.deployments.serve import served_deployment_names
 from gpuops.deployments.services import host_port
 from gpuops.flows.serving_rollout import serving_rollout
 from tests.helpers import wait_for
-from tests.test_approvals import run_id_of, wait_paused
-from tests.test_serving_rollout import (
+from tests.serving_rollout.stack import (
     MODEL,
     NS,
     RolloutThread,
-    _approval_request,
+    approval_request,
     new_pool_of,
     save_blocks,
-    stack,  # noqa: F401 (a fixture)
     timeline,
 )
+from tests.test_approvals import run_id_of, wait_paused
 
 pytestmark = pytest.mark.timeout(240)
 runner = CliRunner()
@@ -55,7 +54,7 @@ def test_the_served_deployments_form_is_the_rollouts_parameters():
 
 
 def test_a_bad_parameter_on_the_command_line_is_one_line_and_changes_nothing(
-        stack, slack_fake, prefect_server):  # noqa: F811
+        stack, slack_fake, prefect_server):
     stack.deploy()
     blocks = save_blocks(stack, "http://127.0.0.1:9", slack_fake)
     before = stack.snapshot()
@@ -88,7 +87,7 @@ async def _deployed(name: str) -> bool:
 
 
 def test_a_rollout_started_from_the_cli_runs_as_the_served_deployment_to_100_percent(
-        stack, prometheus_scraping, slack_fake, prefect_server, serve_deployments):  # noqa: F811
+        stack, prometheus_scraping, slack_fake, prefect_server, serve_deployments):
     stack.deploy()
     blocks = save_blocks(stack, prometheus_scraping(host_port(stack.sim.url)), slack_fake)
     serve_deployments()  # `serve_all()` in its own process, as `gpuops up` runs it
@@ -113,10 +112,10 @@ def test_a_rollout_started_from_the_cli_runs_as_the_served_deployment_to_100_per
     assert lines[2].startswith("last: completed ") and f"{MODEL} -> {new}" in lines[2]
 
 
-def test_abort_rolls_back_a_rollout_waiting_for_approval(stack, served_stack_blocks):  # noqa: F811
+def test_abort_rolls_back_a_rollout_waiting_for_approval(stack, served_stack_blocks):
     blocks, slack_fake = served_stack_blocks
     run = RolloutThread(pool=f"{NS}/{MODEL}", image="vllm/vllm-openai:v0.12.0", **blocks)
-    message = _approval_request(slack_fake)  # at 50 %, waiting before 100 %
+    message = approval_request(slack_fake)  # at 50 %, waiting before 100 %
     wait_paused(run_id_of(message))
     new = new_pool_of(stack)
     status = runner.invoke(app, ["rollout", "status", f"{NS}/{MODEL}", "--cluster-block",
@@ -145,7 +144,7 @@ def test_abort_rolls_back_a_rollout_waiting_for_approval(stack, served_stack_blo
 
 
 @pytest.fixture
-def served_stack_blocks(stack, prometheus_scraping, slack_fake, prefect_server  # noqa: F811
+def served_stack_blocks(stack, prometheus_scraping, slack_fake, prefect_server
                         ) -> tuple[dict[str, str], Any]:
     stack.deploy()
     blocks = save_blocks(stack, prometheus_scraping(host_port(stack.sim.url)), slack_fake,
