@@ -338,7 +338,9 @@ def rollout_start(
         "window_s": window_s, "min_requests": min_requests, "mode": mode, "approve": approve,
         "dry_run": dry_run, "rollout_block": rollout_block, "cluster_block": cluster_block,
         "slack_block": slack_block, "policy_block": policy_block}
-    params = {k: v for k, v in params.items() if v is not None}
+    # Unset options (None, or a Block not named) are left out, so the served deployment's
+    # own parameters apply: `gpuops up` names its approval policy there.
+    params = {k: v for k, v in params.items() if v is not None and v != ""}
     asyncio.run(check_parameters(params))  # a bad one: `error: field: ...`, exit 2
     if local:
         from gpuops.flows.serving_rollout import serving_rollout

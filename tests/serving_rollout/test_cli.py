@@ -150,3 +150,31 @@ def served_stack_blocks(stack, prometheus_scraping, slack_fake, prefect_server
     blocks = save_blocks(stack, prometheus_scraping(host_port(stack.sim.url)), slack_fake,
                          approve="final", steps=[5, 50, 100])
     return blocks, slack_fake
+
+
+def test_a_start_without_block_options_leaves_the_served_deployments_own_to_apply(monkeypatch):
+    """`gpuops up` serves the rollout with its approval policy as a deployment parameter: a
+    CLI start that names no Block must not override it with an empty name (the request then
+    had no Slack approvers)."""
+    from gpuops.deployments import rollout_cli
+
+    sent: dict[str, Any] = {}
+
+    async def check(params: dict[str, Any]) -> None:
+        return None
+
+    async def start(params: dict[str, Any]) -> Any:
+        sent.update(params)
+
+        class Run:
+            name, id = "a-run", "00000000-0000-0000-0000-000000000000"
+        return Run()
+
+    monkeypatch.setattr(rollout_cli, "check_parameters", check)
+    monkeypatch.setattr(rollout_cli, "start_run", start)
+    result = runner.invoke(app, ["rollout", "start", f"{NS}/{MODEL}",
+                                 "--image", "vllm/vllm-openai:v0.12.0"])
+
+    assert result.exit_code == 0, result.output
+    assert sent["image"] == "vllm/vllm-openai:v0.12.0"
+    assert not {"policy_block", "slack_block", "cluster_block", "rollout_block"} & set(sent)
