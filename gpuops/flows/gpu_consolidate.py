@@ -39,6 +39,7 @@ from gpuops.blocks.connections import AwsConnection, KubernetesCluster, SlackCon
 from gpuops.blocks.loading import load_block
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.events import event_name
+from gpuops.common.flow_runs import run_is_active
 from gpuops.tasks.actions.perform import recording_actions
 from gpuops.tasks.actions.removable import node_loads
 from gpuops.tasks.actions.scale_in import (
@@ -63,7 +64,6 @@ from gpuops.tasks.rebalance.consolidation import (
     spare_nodes,
 )
 from gpuops.tasks.rebalance.from_kube import ClusterView, cluster_view
-from gpuops.tasks.rebalance.reading import run_is_active
 
 GPU_IDLE = event_name("node", "gpu-idle")
 PLAN_KEY = "capacity-targets"  # the pre-warm flow's per-pool targets (flows/capacity_prewarm)

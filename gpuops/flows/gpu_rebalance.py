@@ -55,6 +55,7 @@ from gpuops.common.annotations import (
 )
 from gpuops.common.errors import ConfigError, KubeNotFound, KubeTooManyRequests
 from gpuops.common.events import event_name, k8s_resource
+from gpuops.common.flow_runs import run_is_active
 from gpuops.tasks.actions.kube import EvictPod
 from gpuops.tasks.actions.perform import hold_targets, perform, recording_actions
 from gpuops.tasks.actions.scheduling import (
@@ -78,7 +79,7 @@ from gpuops.tasks.rebalance.execution import (
 )
 from gpuops.tasks.rebalance.from_kube import ClusterView, ConversionPolicy
 from gpuops.tasks.rebalance.leftovers import find_leftovers
-from gpuops.tasks.rebalance.reading import read_cluster, read_objects, run_is_active
+from gpuops.tasks.rebalance.reading import read_cluster, read_objects
 from gpuops.tasks.rebalance.repack import (
     CANNOT_HELP,
     CAPACITY,
