@@ -18,6 +18,7 @@ from aiohttp import web
 
 from ..core import errors
 from ..core.resources import ResourceType
+from .protobuf import decode_body
 
 JSON = "application/json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
@@ -69,15 +70,11 @@ def encoded_events(events: list[tuple[str, Any]]) -> list[bytes]:
 
 async def read_body(request: web.Request, default: Any = None,
                     protobuf: Callable[[bytes], Any] | None = None) -> Any:
-    """The request's object: JSON, YAML, or protobuf where the kind has a `protobuf` decoder
-    (415 for protobuf elsewhere: simcluster reads it for a few kinds only)."""
+    """The request's object: JSON, YAML, or protobuf (a built-in kind, `protobuf/`; or the
+    kind's own `protobuf` decoder)."""
     raw = await request.read()
     if PROTOBUF in request.headers.get("Content-Type", ""):
-        if protobuf is None:
-            raise errors.ApiError(415, "UnsupportedMediaType", "the body of the request was in "
-                                  "an unknown format - accepted media types include: "
-                                  "application/json, application/yaml")
-        return protobuf(raw)
+        return (protobuf or decode_body)(raw)
     if not raw:
         if default is not None:
             return default
