@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from gpuops.deployments.cli_errors import UserErrorsGroup, require_blocks
+from gpuops.deployments.runbook_cli import runbook_app
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import State
@@ -55,6 +56,7 @@ rollout_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(runbook_app, name="runbook")
 
 KubeconfigOption = Annotated[
     Path,

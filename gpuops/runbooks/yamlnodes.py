@@ -1,0 +1,184 @@
+"""A runbook's YAML as plain data plus where every key and value stands (pure).
+
+Why not `yaml.safe_load`: it forgets positions and keeps the last of two equal keys without a
+word (a misspelt copy of `args:` silently replaces the first). Composing to nodes keeps each
+node's mark; walking the nodes ourselves sees every duplicate key. PyYAML is already a
+dependency (common/yamlsource.py composes the same way for the rule files).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+Loc = tuple[str | int, ...]
+Position = tuple[int, int]  # 1-based line, column
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a runbook, where it is and what to do about it."""
+
+    source: str
+    line: int | None
+    column: int | None
+    field: str
+    message: str
+    text: str = ""  # the offending line, shown under the message
+
+    def located(self) -> str:
+        """`file:line:col: field: message` (what compilers and editors understand)."""
+        where = self.source
+        if self.line is not None:
+            where += f":{self.line}:{self.column or 1}"
+        return f"{where}: {self.field}: {self.message}"
+
+    def render(self) -> str:
+        """The located line, then the offending line with a caret under the column."""
+        if not self.text:
+            return self.located()
+        caret = " " * (max(self.column or 1, 1) - 1) + "^ here"
+        return f"{self.located()}\n    {self.text}\n    {caret}"
+
+
+@dataclass
+class YamlTree:
+    """Plain data from one YAML document and the positions of its keys and values."""
+
+    data: Any
+    source: str
+    lines: Sequence[str]
+    keys: dict[Loc, Position] = field(default_factory=dict)
+    values: dict[Loc, Position] = field(default_factory=dict)
+    block_scalars: set[Loc] = field(default_factory=set)  # `|` / `>` values: text starts below
+    duplicates: list[tuple[Loc, Position, Position]] = field(default_factory=list)
+
+    def position(self, loc: Loc, *, value: bool = False) -> Position:
+        """Where `loc` is: its key (or, with `value`, its value); for a loc the document does
+        not have (a missing key), the deepest part that exists."""
+        table = self.values if value else self.keys
+        for end in range(len(loc), -1, -1):
+            prefix = loc[:end]
+            if prefix in table:
+                return table[prefix]
+            if prefix in self.values:
+                return self.values[prefix]
+        return (1, 1)
+
+    def line_text(self, line: int) -> str:
+        return self.lines[line - 1].rstrip() if 0 < line <= len(self.lines) else ""
+
+    def problem(self, loc: Loc, field_name: str, message: str, *, value: bool = False,
+                line_offset: int = 0, at: Position | None = None, find: str = "") -> Problem:
+        """A problem at `loc`. `line_offset`: the line within a `|`/`>` value the problem
+        is on; `find`: a word to point at inside the value (a template's unknown name)."""
+        line, column = at or self.position(loc, value=value)
+        if line_offset:
+            line, column = line + line_offset, 1
+        text = self.line_text(line)
+        if line_offset:
+            column = len(text) - len(text.lstrip()) + 1
+        if find:
+            line, column = self._find(line, column, find, block=loc in self.block_scalars)
+            text = self.line_text(line)
+        return Problem(self.source, line, column, field_name, message, text)
+
+    def _find(self, line: int, column: int, word: str, *, block: bool) -> Position:
+        """The first whole `word` at or after (line, column), within the value's lines."""
+        pattern = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])")
+        first = self.line_text(line)
+        match = pattern.search(first, column - 1)
+        if match:
+            return line, match.start() + 1
+        if block:  # the value's text starts on the next line and is indented
+            indent = len(first) - len(first.lstrip())
+            for n in range(line + 1, len(self.lines) + 1):
+                text = self.line_text(n)
+                if text.strip() and len(text) - len(text.lstrip()) <= indent:
+                    break
+                match = pattern.search(text)
+                if match:
+                    return n, match.start() + 1
+        return line, column
+
+
+# libyaml's parser when PyYAML has it (several times faster; its marks are the same).
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class YamlSyntaxError(Exception):
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.located())
+        self.problem = problem
+
+
+def parse(text: str, source: str) -> YamlTree:
+    """One YAML document as a `YamlTree`; a syntax error (or several documents) raises
+    `YamlSyntaxError` naming its line."""
+    lines = text.splitlines()
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        at_end = e.problem_mark is not None and e.problem_mark.index >= len(text.rstrip())
+        if e.context_mark is not None and at_end:
+            # Nothing closed what was opened: where it was opened is the line to fix.
+            mark = e.context_mark
+        line = mark.line + 1 if mark else None
+        column = mark.column + 1 if mark else None
+        message = "not valid YAML: " + (e.problem or "syntax error")
+        if "expected a single document" in str(e.problem):
+            message = "one runbook per file: a second YAML document starts here"
+        text_line = lines[line - 1].rstrip() if line and 0 < line <= len(lines) else ""
+        raise YamlSyntaxError(Problem(source, line, column, "<yaml>", message,
+                                      text_line)) from None
+    except yaml.YAMLError:
+        raise YamlSyntaxError(Problem(source, None, None, "<yaml>", "not valid YAML")) from None
+    finally:
+        loader.dispose()
+    tree = YamlTree(None, source, lines)
+    if root is not None:
+        constructor = yaml.SafeLoader("")
+        try:
+            tree.data = _build(root, (), tree, constructor)
+        finally:
+            constructor.dispose()
+    return tree
+
+
+def _mark(node: yaml.Node) -> Position:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _build(node: yaml.Node, loc: Loc, tree: YamlTree, constructor: yaml.SafeLoader) -> Any:
+    tree.values.setdefault(loc, _mark(node))
+    if isinstance(node, yaml.MappingNode):
+        constructor.flatten_mapping(node)  # `<<:` merge keys, as safe_load does
+        out: dict[Any, Any] = {}
+        first: dict[Any, Position] = {}
+        for key_node, value_node in node.value:
+            key = constructor.construct_object(key_node, deep=True)
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                key = str(key)
+            child = (*loc, key if isinstance(key, str | int) else str(key))
+            if key in first:
+                tree.duplicates.append((child, _mark(key_node), first[key]))
+                continue  # the first stays: the second is the mistake shown
+            first[key] = _mark(key_node)
+            tree.keys[child] = _mark(key_node)
+            out[key] = _build(value_node, child, tree, constructor)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        items = []
+        for i, item in enumerate(node.value):
+            tree.keys[(*loc, i)] = _mark(item)
+            items.append(_build(item, (*loc, i), tree, constructor))
+        return items
+    if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
+        tree.block_scalars.add(loc)
+    return constructor.construct_object(node, deep=True)
