@@ -65,8 +65,9 @@ def test_quantiles_sum_buckets_over_the_pools_pods_and_the_mean_sits_beside_them
     assert queries["ttft_mean"] == (
         f"sum(increase(vllm:time_to_first_token_seconds_sum{{{sel}}}[90000ms])) / "
         f"sum(increase(vllm:time_to_first_token_seconds_count{{{sel}}}[90000ms]))")
-    assert set(queries) == {"finished", "ttft_p90", "ttft_p99", "ttft_mean", "itl_p90",
-                            "itl_mean", "queue_depth", "kv_cache_usage", "prefix_cache_hit_ratio"}
+    assert set(queries) == {"finished", "replicas", "ttft_p90", "ttft_p99", "ttft_mean",
+                            "itl_p90", "itl_mean", "queue_depth", "kv_cache_usage",
+                            "prefix_cache_hit_ratio"}
 
 
 def test_pod_names_are_matched_literally_and_a_pool_label_can_stand_in_for_them():

@@ -15,19 +15,40 @@ Judging (`judge`): PASS when every gate passes; FAIL when one fails, and at once
 has no data that waiting cannot bring (its series do not exist: fail closed, never pass for
 want of data); WAIT below `min_requests` finished requests on either side (a 1 % step is not
 judged on noise) — the gates' numbers so far are in the verdict all the same.
+
+Loads. Latency, queue depth, KV-cache usage and prefix-cache hits depend on how busy a replica
+is (`Figure.load_dependent`), and the two pools are not equally busy: at a 1 % step the new
+pool's replicas are nearly idle while the old ones carry the rest, so a version only slower
+than the old one looks faster. Nothing model-free turns a latency at one load into the latency
+at another, but for any one version these figures only get worse as the load per replica
+rises, and that is enough to know which comparisons prove something (`load_match`, 0.8):
+
+    new load / old load < load_match       worse than the old: FAIL (worse while less busy)
+                                           within the limit: not comparable (proves nothing)
+    new load / old load > 1 / load_match   within the limit: pass (as good while busier)
+                                           worse: not comparable (busier explains it)
+    in between                             judged as is
+
+where the load is the requests each side's serving replicas finished per second in the window.
+A not-comparable gate neither passes nor fails its window; a rollout promotes only once every
+load-dependent gate has passed at a comparable load (`unproven`), and the steps carry a step
+where the loads match (`with_comparable_step`: with as many new replicas as old, 50 %). The
+stronger remedy, Kayenta's, compares the new version with a fresh copy of the old of the same
+size and traffic (matched at every step, 1 % included) at the price of that copy's GPUs.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from gpuops.common.errors import ConfigError
 from gpuops.tasks.rollout.metrics import FIGURES, WindowMetrics
 
 DEFAULT_MIN_REQUESTS = 200
+DEFAULT_LOAD_MATCH = 0.8  # loads per replica within 0.8x..1.25x of each other are comparable
 GATED = tuple(k for k in FIGURES if k != "requests")  # requests: judged by min_requests
 
 
@@ -88,6 +109,7 @@ DEFAULT_GATES: tuple[Gate, ...] = (
 class Analysis:
     gates: tuple[Gate, ...] = DEFAULT_GATES
     min_requests: int = DEFAULT_MIN_REQUESTS
+    load_match: float | None = DEFAULT_LOAD_MATCH  # None: compare at whatever loads
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -164,11 +186,16 @@ def parse_gates(raw: object, field: str = "gates") -> tuple[Gate, ...]:
     return tuple(gates)
 
 
-def parse_analysis(gates: object = None, min_requests: object = DEFAULT_MIN_REQUESTS
-                   ) -> Analysis:
+def parse_analysis(gates: object = None, min_requests: object = DEFAULT_MIN_REQUESTS,
+                   load_match: object = DEFAULT_LOAD_MATCH) -> Analysis:
     if isinstance(min_requests, bool) or not isinstance(min_requests, int) or min_requests < 1:
         raise ConfigError("min_requests", f"must be an integer >= 1, got {min_requests!r}")
-    return Analysis(parse_gates(gates), min_requests)
+    if load_match is not None and (isinstance(load_match, bool) or not isinstance(
+            load_match, (int, float)) or not 0 < load_match <= 1):
+        raise ConfigError("load_match", f"must be a fraction in (0, 1] (0.8: loads per "
+                          f"replica within 0.8x..1.25x compare), got {load_match!r}")
+    return Analysis(parse_gates(gates), min_requests,
+                    None if load_match is None else float(load_match))
 
 
 # --- judging -------------------------------------------------------------------------------------
@@ -186,8 +213,17 @@ class GateResult:
     baseline: float | None  # the old version's (relative gates)
     limit: float | None
     passed: bool
-    note: str = ""  # why it failed without numbers
+    note: str = ""  # why it failed without numbers, or why it is not comparable
     final: bool = False  # failed for series that do not exist: waiting will not help
+    comparable: bool = True  # False: the loads per replica differ the way that proves nothing
+
+    @property
+    def failing(self) -> bool:
+        return not self.passed and self.comparable
+
+    @property
+    def proven(self) -> bool:
+        return self.passed and self.comparable
 
 
 @dataclass(frozen=True)
@@ -199,9 +235,44 @@ class Verdict:
     baseline_requests: float | None
     min_requests: int
 
+    load_ratio: float | None = None  # new / old requests per second per serving replica
+
     @property
     def failed(self) -> tuple[GateResult, ...]:
-        return tuple(r for r in self.results if not r.passed)
+        return tuple(r for r in self.results if r.failing)
+
+    @property
+    def not_comparable(self) -> tuple[GateResult, ...]:
+        return tuple(r for r in self.results if not r.comparable)
+
+
+def load_ratio(new: WindowMetrics, old: WindowMetrics | None) -> float | None:
+    """The new pool's requests per second per serving replica over the old pool's."""
+    if old is None:
+        return None
+    new_rps, old_rps = new.rps_per_replica, old.rps_per_replica
+    if new_rps is None or not old_rps:
+        return None
+    return new_rps / old_rps
+
+
+def _match_loads(result: GateResult, ratio: float | None, load_match: float | None
+                 ) -> GateResult:
+    """`result` marked not comparable where the loads per replica say it proves nothing."""
+    gate = result.gate
+    if load_match is None or ratio is None or result.value is None or \
+            result.baseline is None or not isinstance(gate, RelativeGate) or \
+            not FIGURES[gate.metric].load_dependent:
+        return result
+    if ratio < load_match and result.passed:
+        note = (f"not comparable: the new replicas carried {ratio:.2f}x the old's load per "
+                "replica (as good while less busy proves nothing)")
+    elif ratio > 1 / load_match and not result.passed:
+        note = (f"not comparable: the new replicas carried {ratio:.2f}x the old's load per "
+                "replica (worse while busier proves nothing)")
+    else:
+        return result
+    return replace(result, comparable=False, note=note)
 
 
 def _evaluate(gate: Gate, new: WindowMetrics, old: WindowMetrics | None) -> GateResult:
@@ -227,13 +298,15 @@ def _evaluate(gate: Gate, new: WindowMetrics, old: WindowMetrics | None) -> Gate
 def judge(analysis: Analysis, new: WindowMetrics, old: WindowMetrics | None) -> Verdict:
     """The new version's window against the old one's over the same time (`old` may be None
     when only absolute gates are set)."""
-    results = tuple(_evaluate(g, new, old) for g in analysis.gates)
+    ratio = load_ratio(new, old)
+    results = tuple(_match_loads(_evaluate(g, new, old), ratio, analysis.load_match)
+                    for g in analysis.gates)
     relative = any(isinstance(g, RelativeGate) for g in analysis.gates)
     n, base_n = new.requests, old.requests if old is not None else None
     least = analysis.min_requests
 
     def verdict(status: Status, reason: str) -> Verdict:
-        return Verdict(status, reason, results, n, base_n, least)
+        return Verdict(status, reason, results, n, base_n, least, ratio)
 
     final = [r for r in results if r.final]
     if final:
@@ -255,7 +328,48 @@ def judge(analysis: Analysis, new: WindowMetrics, old: WindowMetrics | None) -> 
     if relative and base_n is not None and base_n < least:
         return verdict(Status.WAIT, f"the old version finished {base_n:.0f} requests in the "
                        f"window; {least} are needed to compare with it")
-    failed = [r for r in results if not r.passed]
+    failed = [r for r in results if r.failing]
     if failed:
         return verdict(Status.FAIL, "failed: " + ", ".join(r.gate.metric for r in failed))
+    unmatched = [r.gate.metric for r in results if not r.comparable]
+    if unmatched:
+        return verdict(Status.PASS, f"{len(results) - len(unmatched)} gates passed on {n:.0f} "
+                       f"requests; not comparable at {ratio:.2f}x the old version's load per "
+                       f"replica: {', '.join(unmatched)}")
     return verdict(Status.PASS, f"all {len(results)} gates passed on {n:.0f} requests")
+
+
+# --- load matching over a rollout -----------------------------------------------------------------
+
+def unproven(analysis: Analysis, verdicts: Sequence[Verdict]) -> tuple[str, ...]:
+    """The load-dependent relative gates no passed window has passed at a comparable load:
+    what the rollout does not know yet about the new version."""
+    if analysis.load_match is None:
+        return ()
+    proven = {r.gate.metric for v in verdicts if v.status is Status.PASS
+              for r in v.results if r.proven}
+    return tuple(g.metric for g in analysis.gates if isinstance(g, RelativeGate)
+                 and FIGURES[g.metric].load_dependent and g.metric not in proven)
+
+
+def step_load_ratio(weight: int, old_replicas: int, new_replicas: int) -> float:
+    """New / old requests per replica when the new pool gets `weight` % (weights split the
+    requests, each pool spreads them evenly over its replicas)."""
+    if not 0 < weight < 100 or old_replicas < 1 or new_replicas < 1:
+        raise ValueError(f"a judged step needs 0 < weight < 100 and replicas on both sides, "
+                         f"got {weight} %, {old_replicas} old, {new_replicas} new")
+    return (weight / new_replicas) / ((100 - weight) / old_replicas)
+
+
+def with_comparable_step(steps: Sequence[int], old_replicas: int, new_replicas: int,
+                         load_match: float | None) -> tuple[int, ...]:
+    """`steps`, plus the step where the loads per replica match when no judged step has them
+    comparable (1 -> 5 -> 25 -> 100 with as many new replicas as old: 50 % is added)."""
+    steps = tuple(steps)
+    if load_match is None or old_replicas < 1 or new_replicas < 1:
+        return steps
+    if any(load_match <= step_load_ratio(w, old_replicas, new_replicas) <= 1 / load_match
+           for w in steps if w < 100):
+        return steps
+    matched = min(99, max(1, round(100 * new_replicas / (old_replicas + new_replicas))))
+    return tuple(sorted({*steps, matched}))

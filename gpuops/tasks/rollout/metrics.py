@@ -18,7 +18,9 @@ the maths, so the figures are the pool's, however many replicas it has.
 Figures, over the window [start, end] (instant queries at `end` over `[end - start]`):
 requests finished (all `finished_reason`s), the error ratio (`error`, a failure inside the
 engine, plus `abort`: vLLM before the `error` reason reported failures as aborts, and a client
-that gives up is a failure too), TTFT p90/p99 and ITL p90 (`histogram_quantile` interpolates
+that gives up is a failure too), the replicas that finished requests in the window (their
+per-replica request rate says whether two pools' latencies are comparable: `gates`), TTFT
+p90/p99 and ITL p90 (`histogram_quantile` interpolates
 linearly inside a bucket) with the `_sum/_count` means beside them (vLLM's buckets are coarse:
 a 1.3x TTFT regression at 20 req/s moved the mean by 1.3x and p90, p99 not at all), requests
 waiting per replica, KV-cache usage per replica, the prefix-cache hit ratio.
@@ -56,19 +58,23 @@ class Figure:
     title: str
     unit: Literal["s", "ratio", "requests", "count"]
     higher_is_better: bool = False
+    # Worse as a replica's load rises (queueing, batching, cache eviction) for any one
+    # version: comparable between pools only at similar load per replica (`gates`).
+    load_dependent: bool = False
 
 
 FIGURES: dict[str, Figure] = {f.key: f for f in (
     Figure("requests", "requests finished", "requests", higher_is_better=True),
     Figure("error_ratio", "error ratio", "ratio"),
-    Figure("ttft_p90", "TTFT p90", "s"),
-    Figure("ttft_p99", "TTFT p99", "s"),
-    Figure("ttft_mean", "TTFT mean", "s"),
-    Figure("itl_p90", "inter-token latency p90", "s"),
-    Figure("itl_mean", "inter-token latency mean", "s"),
-    Figure("queue_depth", "requests waiting per replica", "count"),
-    Figure("kv_cache_usage", "KV-cache usage", "ratio"),
-    Figure("prefix_cache_hit_ratio", "prefix-cache hit ratio", "ratio", higher_is_better=True),
+    Figure("ttft_p90", "TTFT p90", "s", load_dependent=True),
+    Figure("ttft_p99", "TTFT p99", "s", load_dependent=True),
+    Figure("ttft_mean", "TTFT mean", "s", load_dependent=True),
+    Figure("itl_p90", "inter-token latency p90", "s", load_dependent=True),
+    Figure("itl_mean", "inter-token latency mean", "s", load_dependent=True),
+    Figure("queue_depth", "requests waiting per replica", "count", load_dependent=True),
+    Figure("kv_cache_usage", "KV-cache usage", "ratio", load_dependent=True),
+    Figure("prefix_cache_hit_ratio", "prefix-cache hit ratio", "ratio", higher_is_better=True,
+           load_dependent=True),
 )}
 
 
@@ -190,6 +196,7 @@ def window_queries(selector: SeriesSelector, names: MetricNames, window: timedel
     queries: dict[str, str] = {}
     if names.requests:
         queries["finished"] = f"sum by (finished_reason) ({increase(names.requests)})"
+        queries["replicas"] = f"count(sum by (pod) ({increase(names.requests)}) > 0)"
     for key, base in (("ttft", names.ttft), ("itl", names.itl)):
         if base:
             buckets = f"sum by (le) ({increase(base + '_bucket')})"
@@ -224,9 +231,19 @@ class WindowMetrics:
     names: MetricNames = MetricNames()
     # Figures whose series the pods do not expose at all: waiting will not bring them.
     absent: frozenset[str] = frozenset()
+    replicas: float | None = None  # that finished requests in the window
 
     def value(self, key: str) -> float | None:
         return self.values.get(key)
+
+    @property
+    def rps_per_replica(self) -> float | None:
+        """Requests finished per second per serving replica; None when unknown."""
+        seconds = (self.end - self.start).total_seconds()
+        requests = self.requests
+        if requests is None or not self.replicas or seconds <= 0:
+            return None
+        return requests / seconds / self.replicas
 
     @property
     def requests(self) -> float | None:
@@ -280,15 +297,16 @@ def window_metrics(selector: SeriesSelector, start: datetime, end: datetime,
             missing["error_ratio"] = "no requests in the window"
     elif "finished" in answers:
         missing["requests"] = missing["error_ratio"] = "no samples in the window"
+    replicas = _scalar(answers.get("replicas") or [])
     for key, answer in answers.items():
-        if key == "finished":
+        if key in ("finished", "replicas"):
             continue
         values[key] = _scalar(answer)
         if values[key] is None:
             missing[key] = _EMPTY.get(key.split("_")[0], "no samples in the window")
     return WindowMetrics(selector, start, end, values,
                          {k: v for k, v in missing.items() if values.get(k) is None}, names,
-                         absent)
+                         absent, replicas)
 
 
 _EMPTY = {"ttft": "no requests in the window", "itl": "no tokens generated in the window",

@@ -20,6 +20,7 @@ from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.rollout.actions import get_object
 from gpuops.tasks.rollout.capacity import ChosenMode, Room, choose_mode, room_for
 from gpuops.tasks.rollout.derive import NewVersion, derive, epp_deployment_of
+from gpuops.tasks.rollout.gates import with_comparable_step
 from gpuops.tasks.rollout.objects import HTTPRoute, PoolRef, PoolView, ServedApis
 from gpuops.tasks.rollout.params import RolloutSpec
 from gpuops.tasks.rollout.read_objects import read_pool_view, read_served_apis
@@ -46,6 +47,13 @@ class Plan:
     def new_ref(self) -> PoolRef:
         return PoolRef(self.old.pool.ref.group, self.new.namespace, self.new.pool_name)
 
+    @property
+    def steps(self) -> tuple[int, ...]:
+        """The blue-green steps: the spec's, plus a step where both pools' replicas are about
+        as busy when the spec has none (latency compares only there: `gates`)."""
+        return with_comparable_step(self.spec.steps, self.old.model_server().replicas,
+                                    self.new.replicas, self.spec.analysis.load_match)
+
     def describe(self) -> str:
         n = self.new
         lines = [f"pool       {self.old.pool.ref} -> {n.pool_name} (HTTPRoute {self.route})",
@@ -58,7 +66,10 @@ class Plan:
             lines.append(f"picker     {n.epp_name} (Service + Deployment, --pool-name "
                          f"{n.pool_name})")
         if self.mode == "blue-green":
-            lines.append("steps      " + " -> ".join(f"{s} %" for s in self.spec.steps))
+            added = sorted(set(self.steps) - set(self.spec.steps))
+            lines.append("steps      " + " -> ".join(f"{s} %" for s in self.steps) + (
+                f" ({', '.join(f'{a} %' for a in added)} added: the first step where both "
+                "pools' replicas are about as busy)" if added else ""))
         else:
             lines.append(f"steps      {self.spec.capacity_step} replica(s) at a time, weights "
                          "following ready replicas")

@@ -49,7 +49,14 @@ def result_row(result: GateResult) -> dict[str, str]:
             "baseline": "-" if isinstance(result.gate, AbsoluteGate)
             else format_value(metric, result.baseline),
             "limit": format_value(metric, result.limit),
-            "result": "pass" if result.passed else "FAIL", "note": result.note}
+            "result": mark(result), "note": result.note}
+
+
+def mark(result: GateResult) -> str:
+    """pass, FAIL, or n/c: not comparable at these loads per replica (`gates`)."""
+    if not result.comparable:
+        return "n/c"
+    return "pass" if result.passed else "FAIL"
 
 
 def verdict_rows(verdict: Verdict) -> list[dict[str, str]]:
@@ -65,7 +72,9 @@ def verdict_text(verdict: Verdict) -> str:
     lines = [f"{verdict.status.value.upper()}: {verdict.reason}",
              (f"requests: new {format_value('requests', verdict.requests)}, old "
              f"{format_value('requests', verdict.baseline_requests)} "
-             f"(at least {verdict.min_requests} each)"),
+             f"(at least {verdict.min_requests} each)"
+             + ("" if verdict.load_ratio is None else
+                f"; load per replica new/old {verdict.load_ratio:.2f}")),
              "  ".join(c.ljust(widths[c]) for c in columns)]
     for row in rows:
         line = "  ".join(row[c].ljust(widths[c]) for c in columns)

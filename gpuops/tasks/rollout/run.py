@@ -52,7 +52,7 @@ from gpuops.tasks.rollout.actions import (
 )
 from gpuops.tasks.rollout.capacity import capacity_stages, capacity_weight
 from gpuops.tasks.rollout.derive import served_model
-from gpuops.tasks.rollout.gates import Status, Verdict, judge
+from gpuops.tasks.rollout.gates import Status, Verdict, judge, unproven
 from gpuops.tasks.rollout.metrics import pool_series
 from gpuops.tasks.rollout.objects import PoolRef, PoolView, ServedApis
 from gpuops.tasks.rollout.preflight import Plan
@@ -199,7 +199,7 @@ class Course:
 
     async def _blue_green(self) -> None:
         assert self.record is not None
-        new, steps = self.plan.new, self.spec.steps
+        new, steps = self.plan.new, self.plan.steps
         start_at = 0
         if self.record.phase == "shifting":
             start_at = next((i for i, s in enumerate(steps) if s >= self.record.weight),
@@ -216,6 +216,8 @@ class Course:
             await self.wait_ready_and_warm(new.replicas, warm_up=False)
         for index in range(start_at, len(steps)):
             weight = steps[index]
+            if weight == 100 and start_at == 0:
+                self._check_proven(index + 1)
             await self._approve(index + 1, weight)
             await self.set_weight(weight, phase="shifting", passed=False)
             if weight == 100:
@@ -240,11 +242,24 @@ class Course:
             old_ready = len([p for p in read_pool_view(
                 self.kube, self.apis, self.ns, self.plan.old.pool.name).pods if p.ready])
             weight = capacity_weight(old_ready, len(ready))
+            if weight == 100:
+                self._check_proven(index)
             await self._approve(index, weight)
             await self.set_weight(weight, phase="shifting", passed=False)
             if weight == 100:
                 break
             await self._judge(index, weight)
+
+    def _check_proven(self, index: int) -> None:
+        """Before 100 %: every load-dependent gate passed at comparable loads per replica
+        (a stop otherwise: this run never saw the new version as busy as the old)."""
+        missing = unproven(self.spec.analysis, [s.verdict for s in self.steps
+                                                if s.verdict is not None])
+        if missing:
+            raise RolloutStopped(
+                f"step {index} to 100 % not taken: {', '.join(missing)} never passed at a "
+                "load per replica comparable with the old version's (no judged step had the "
+                "two pools' replicas about as busy); add a step where they are", "failed")
 
     async def _approve(self, index: int, weight: int) -> None:
         approve = self.spec.approve

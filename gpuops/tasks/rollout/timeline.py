@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpuops.tasks.rollout.gates import Verdict
-from gpuops.tasks.rollout.report import format_value
+from gpuops.tasks.rollout.report import format_value, mark
 
 OUTCOMES = ("passed", "failed", "timed out", "rejected", "not ready", "serving", "rolled back")
 
@@ -42,9 +42,9 @@ def _gates(verdict: Verdict | None) -> str:
         return "-"
     parts = []
     for r in verdict.results:
-        mark = "ok" if r.passed else "FAIL"
         parts.append(f"{r.gate.metric} {format_value(r.gate.metric, r.value)} "
-                     f"(limit {format_value(r.gate.metric, r.limit)}) {mark}")
+                     f"(limit {format_value(r.gate.metric, r.limit)}) "
+                     f"{'ok' if mark(r) == 'pass' else mark(r)}")
     return "; ".join(parts)
 
 
@@ -83,6 +83,7 @@ def timeline_text(steps: Sequence[StepResult]) -> str:
         lines.append(f"gates at step {last.index} ({last.weight} %):")
         lines += [f"  {r.gate.metric}: {format_value(r.gate.metric, r.value)} vs old "
                   f"{format_value(r.gate.metric, r.baseline)}, limit "
-                  f"{format_value(r.gate.metric, r.limit)} {'ok' if r.passed else 'FAIL'}"
+                  f"{format_value(r.gate.metric, r.limit)} "
+                  f"{'ok' if mark(r) == 'pass' else mark(r)}"
                   for r in last.verdict.results]
     return "\n".join(lines)
