@@ -97,6 +97,11 @@ class ApiServer:
         registry = self.store.registry
         if parts[:1] == ["openapi"]:
             return self.openapi.handle(request, parts[1:])
+        if parts in (["api"], ["apis"]):  # aggregated discovery, when the client asks for it
+            aggregated = discovery.aggregated_version(request.headers.get("Accept"))
+            if aggregated is not None:
+                return discovery.aggregated_response(registry, aggregated,
+                                                     legacy=parts == ["api"])
         if parts == ["api"]:
             return json_response(discovery.api_versions(request.host))
         if parts == ["apis"]:
