@@ -63,6 +63,8 @@ from gpuops.tasks.rollout.gates import (
     Status,
     Verdict,
     judge,
+    unproven,
+    with_comparable_step,
 )
 from gpuops.tasks.rollout.params import DEFAULT_STEPS, Timing
 from gpuops.tasks.rollout.warmup import Batch, is_warm
@@ -117,7 +119,8 @@ def degradations(version: str, rng: random.Random, scenario: Scenario
 def analysis_for(gate_set: str, scenario: Scenario) -> Analysis:
     if gate_set == "fixed_threshold":
         return Analysis(gates=(AbsoluteGate("ttft_p90", scenario.slo_ttft_p90_s),
-                               AbsoluteGate("error_ratio", 0.01)), min_requests=1)
+                               AbsoluteGate("error_ratio", 0.01)), min_requests=1,
+                        load_match=None)
     analysis = Analysis(min_requests=scenario.min_requests)
     return replace(analysis, load_match=None) if gate_set == "unmatched_loads" else analysis
 
@@ -197,7 +200,10 @@ class Course:
         why = self.warm_up(started + self.timing.ready_timeout_s)
         if why:
             return self.outcome(started, 0, why)
-        for weight in s.steps:
+        steps = with_comparable_step(s.steps, s.replicas, s.replicas, self.analysis.load_match)
+        for weight in steps:
+            if weight == 100 and unproven(self.analysis, self.verdicts):
+                return self.outcome(started, 100, "latency never compared at equal loads")
             self.set_weight(weight)
             if weight == 100:
                 break
@@ -218,6 +224,8 @@ class Course:
             if why:
                 return self.outcome(started, 0, why)
             weight = capacity_weight(old_n, new_n)
+            if weight == 100 and unproven(self.analysis, self.verdicts):
+                return self.outcome(started, 100, "latency never compared at equal loads")
             self.set_weight(weight)
             if weight == 100:
                 break
