@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -25,13 +26,19 @@ def scale_of(obj: dict) -> dict[str, Any]:
                        "selector": match}}
 
 
-def set_scale(store: Store, t: Target, replicas: Any, *, dry_run: bool = False
-              ) -> web.Response:
+def set_scale(store: Store, t: Target, replicas: Any, *, dry_run: bool = False,
+              track: Callable[[dict, dict], dict] | None = None) -> web.Response:
+    """`track(old, new)`: `new`'s metadata with who scaled it recorded (the field manager)."""
     if not isinstance(replicas, int) or replicas < 0:
         raise errors.invalid("Scale", t.name or "", "spec.replicas",
                              f"Invalid value: {replicas!r}: must be greater than or "
                              "equal to 0")
-    obj = store.mutate(t.rtype, t.namespace, t.name or "",
-                       lambda o: o.setdefault("spec", {}).update(replicas=replicas),
-                       dry_run=dry_run)
+    old = store.get(t.rtype, t.namespace, t.name or "")
+
+    def change(o: dict) -> None:
+        o.setdefault("spec", {})["replicas"] = replicas
+        if track is not None:
+            o["metadata"] = track(old, o)
+
+    obj = store.mutate(t.rtype, t.namespace, t.name or "", change, dry_run=dry_run)
     return json_response(scale_of(obj))

@@ -5,7 +5,8 @@ store's, what differs per resource its strategy's (`core/registry/`, through
 `core/admission.py`), lists are `lists.py`'s, watches `watch.py`'s, deletion `deletion.py`'s,
 pod subresources (log, eviction, binding, proxy) `pods.py`'s; the form a read answers in
 (JSON, a Table of `printers/`, PartialObjectMetadata) `views.py`'s; the OpenAPI documents and
-the unknown-field check of `fieldValidation` `openapi/`'s. A dry run (`dryRun=All`) takes the
+the unknown-field check of `fieldValidation` `openapi/`'s; who owns which field
+(`managedFields`, server-side apply) `managedfields.py`'s. A dry run (`dryRun=All`) takes the
 same path as the write, the store storing nothing. A bad request it detects is a
 400 naming what is wrong; an exception from simcluster's own code is a 500 InternalError, as
 kube-apiserver answers.
@@ -33,6 +34,7 @@ from .codecs import check_kind, dry_run, error_response, json_response, read_bod
 from .deletion import Deletion
 from .faults import ApiFaults, register_api_faults
 from .lists import Lister
+from .managedfields import FieldManager, is_apply, write_options
 from .openapi import fields as field_validation
 from .openapi.serve import OpenApi
 from .pods import PodSubresources
@@ -61,6 +63,7 @@ class ApiServer:
         self.deletion = Deletion(store, self.lister, has_dependents)
         self.pods = PodSubresources(store, clock, logs, pod_proxy or PodProxy())
         self.openapi = OpenApi(store)
+        self.fields = FieldManager(self.openapi, clock)
         register_api_faults(faults, self.faults, store)
 
     def add_routes(self, app: web.Application) -> None:
@@ -194,6 +197,7 @@ class ApiServer:
     async def create(self, request: web.Request, t: Target) -> web.Response:
         rt = t.rtype
         dry = dry_run(request, "CreateOptions")
+        manager, _ = write_options(request, "CreateOptions")
         review = access.is_review(rt.group, rt.kind)
         body = await read_body(request, protobuf=(
             lambda raw: access.from_protobuf(rt.group, rt.kind, raw)) if review else None)
@@ -206,33 +210,38 @@ class ApiServer:
         body, warnings = self._check_fields(request, rt, body, "CreateOptions", decoded=True)
         if review:
             return json_response(access.review(rt.group, rt.kind, body), 201)
-        body = admit_create(self.store, t.rtype, body)
+        body = self.fields.track(rt, None, admit_create(self.store, t.rtype, body), manager)
         return json_response(self.store.create(t.rtype, body, t.namespace, dry_run=dry), 201,
                              warnings)
 
     async def replace(self, request: web.Request, t: Target) -> web.Response:
         assert t.name is not None
         dry = dry_run(request, "UpdateOptions")
+        manager, _ = write_options(request, "UpdateOptions")
         body = await read_body(request)
         if not isinstance(body, dict):
             raise errors.bad_request("the request body must be a JSON object")
         if t.subresource == "scale":
             return set_scale(self.store, t, (body.get("spec") or {}).get("replicas"),
-                             dry_run=dry)
+                             dry_run=dry, track=self._scaled_by(t, manager))
         check_kind(t.rtype, body)
         body, warnings = self._check_fields(request, t.rtype, body, "UpdateOptions",
                                             decoded=True)
         old = self.store.get(t.rtype, t.namespace, t.name)
-        body = admit_update(t.rtype, old, body)
+        body = self.fields.track(t.rtype, old, admit_update(t.rtype, old, body), manager,
+                                 subresource=t.subresource)
         return json_response(self.store.replace(t.rtype, t.namespace, t.name, body,
                                                 subresource=t.subresource, dry_run=dry),
                              headers=warnings)
 
     async def patch(self, request: web.Request, t: Target) -> web.Response:
         assert t.name is not None
-        dry = dry_run(request, "PatchOptions")
-        patch = await read_body(request)
         ctype = request.headers.get("Content-Type", "")
+        if is_apply(ctype):
+            return await self.apply(request, t)
+        dry = dry_run(request, "PatchOptions")
+        manager, _ = write_options(request, "PatchOptions", patch=True)
+        patch = await read_body(request)
         if "strategic-merge-patch" in ctype and not t.rtype.builtin:
             raise errors.ApiError(415, "UnsupportedMediaType", "the body of the request was in "
                                   "an unknown format - accepted media types include: "
@@ -242,7 +251,7 @@ class ApiServer:
         if t.subresource == "scale":
             patched = apply_patch(ctype, scale_of(old), patch)
             return set_scale(self.store, t, (patched.get("spec") or {}).get("replicas"),
-                             dry_run=dry)
+                             dry_run=dry, track=self._scaled_by(t, manager))
         new = apply_patch(ctype, old, patch)
         if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
             raise errors.bad_request("the patch removed the object's metadata")
@@ -254,10 +263,45 @@ class ApiServer:
                 raise errors.conflict(t.rtype.plural, t.name, t.rtype.group)
             new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         new, warnings = self._check_fields(request, t.rtype, new, "PatchOptions", decoded=False)
-        new = admit_update(t.rtype, old, new)
+        new = self.fields.track(t.rtype, old, admit_update(t.rtype, old, new), manager,
+                                subresource=t.subresource)
         return json_response(self.store.replace(t.rtype, t.namespace, t.name, new,
                                                 subresource=t.subresource, dry_run=dry),
                              headers=warnings)
+
+    async def apply(self, request: web.Request, t: Target) -> web.Response:
+        """Server-side apply: the configuration merged into the live object by the field
+        manager (`managedfields.py`), or a create when there is none yet (201)."""
+        assert t.name is not None
+        dry = dry_run(request, "PatchOptions")
+        manager, force = write_options(request, "PatchOptions", apply=True, patch=True)
+        if t.subresource not in (None, "status"):
+            raise errors.ApiError(415, "UnsupportedMediaType", "the body of the request was "
+                                  "in an unknown format - accepted media types include: "
+                                  "application/json-patch+json, "
+                                  "application/merge-patch+json")
+        config = await read_body(request)
+        if not isinstance(config, dict):
+            raise errors.bad_request("error decoding patch: the applied configuration must "
+                                     "be an object")
+        rt = t.rtype
+        old = self.store.find(rt, t.namespace, t.name)
+        if old is None and t.subresource is not None:
+            raise errors.not_found(rt.plural, t.name, rt.group)
+        new = self.fields.apply(rt, old, config, manager, force=force,
+                                subresource=t.subresource, namespace=t.namespace, name=t.name)
+        if old is None:
+            made = admit_create(self.store, rt, new)
+            return json_response(self.store.create(rt, made, t.namespace, dry_run=dry), 201)
+        new = admit_update(rt, old, new)
+        return json_response(self.store.replace(rt, t.namespace, t.name, new,
+                                                subresource=t.subresource, dry_run=dry))
+
+    def _scaled_by(self, t: Target, manager: str) -> Callable[[dict, dict], dict]:
+        """Records a write through `scale` in managedFields, as the parent's `spec.replicas`
+        owned by `manager` with subresource scale."""
+        return lambda old, new: self.fields.track(t.rtype, old, new, manager,
+                                                  subresource="scale")["metadata"]
 
     def _check_fields(self, request: web.Request, rt: ResourceType, obj: dict,
                       options_kind: str, *, decoded: bool

@@ -212,12 +212,18 @@ class Store:
                dry_run: bool = False) -> Obj:
         old_meta, meta = old["metadata"], new.setdefault("metadata", {})
         if subresource == "status":
-            # Only status changes through the status subresource.
+            # Only status changes through the status subresource, and who changed it (the
+            # API server's field manager records it in managedFields).
             # Shallow: stored objects are never mutated, so the new version may share every
             # part of the old one but its (copied) metadata and its new status.
+            owners = meta.get("managedFields", old_meta.get("managedFields"))
             new = {**old, "metadata": dict(old_meta), "status": new.get("status",
                                                                         old.get("status"))}
             meta = new["metadata"]
+            if owners is None:
+                meta.pop("managedFields", None)
+            else:
+                meta["managedFields"] = owners
         elif ("status" in rt.subresources and subresource is None
               and not rt.strategy.main_resource_writes_status):
             new["status"] = copy.deepcopy(old.get("status"))

@@ -70,13 +70,20 @@ class OpenApi:
     def unknown_fields(self, rt: ResourceType, obj: Any) -> tuple[list[str], Any]:
         """kube's strict decoding errors of `obj` as a `rt` (`unknown field "spec.x"`) and
         `obj` without those fields."""
+        return fields.unknown_fields(obj, *self.kind_schemas(rt))
+
+    def kind_schemas(self, rt: ResourceType) -> tuple[Schema, dict[str, Schema]]:
+        """(the kind's schema, every named schema it refers to), rebuilt when its CRD
+        changes; the same objects until then (callers may cache what they derive by them)."""
         types = [(rt, self._crd(rt))]
         key = self._version_key(types)
         found = self._schemas.get(key)
         if found is None:
+            if len(self._schemas) > 1024:  # schemas of CRD versions long gone
+                self._schemas.clear()
             name, schemas = documents.type_schemas(rt, types[0][1])
             found = self._schemas[key] = (schemas[name], schemas)
-        return fields.unknown_fields(obj, *found)
+        return found
 
     # --- helpers -------------------------------------------------------------------------------
 
