@@ -46,6 +46,7 @@ from .core.store import Store
 from .core.versions import LoadTimes
 from .kubelet.kubelet import Kubelet
 from .metrics.engine import MetricsEngine
+from .metrics.resourcemetrics import ResourceMetricsApi
 from .scenario import ParsedScenario, apply_scenario, parse_scenario, scenario_text
 from .scheduler.scheduler import Scheduler
 
@@ -109,6 +110,8 @@ class SimCluster:
                                 seed=knobs.seed, load_times=load_times, pod_proxy=pod_proxy)
         if self.config.controllers:
             self.controllers.append(metrics)
+        resource_metrics = ResourceMetricsApi(store, clock)
+        resource_metrics.register(store.registry)
         api = ApiServer(store, clock, self.logs, self.faults,
                         has_dependents=None if owners is None else owners.has_dependents,
                         pod_proxy=pod_proxy)
@@ -120,6 +123,7 @@ class SimCluster:
         app = web.Application(middlewares=[api.middleware], client_max_size=64 * 1024 * 1024)
         AdminApi(store, clock, self.faults, self.name, load_scenario).add_routes(app)
         app.router.add_get("/metrics", metrics.handle)
+        resource_metrics.add_routes(app)  # metrics.k8s.io, before the API server's routes
         api.add_routes(app)
         return app
 
