@@ -22,20 +22,30 @@ A custom resource, or a machine without the descriptors' package, gets kube-apis
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core import errors
-from ..openapi.models import model_class
-from .codec import UNSUPPORTED, KubeProtobuf
 from .descriptors import DescriptorsUnavailable, kube_file_descriptors
 
-__all__ = ["KubeProtobuf", "decode_body", "kube_protobuf"]
+if TYPE_CHECKING:
+    from .codec import KubeProtobuf
+
+__all__ = ["decode_body", "kube_protobuf"]
+UNSUPPORTED = ("the body of the request was in an unknown format - accepted media types "
+               "include: application/json, application/yaml")
 
 
 @lru_cache(maxsize=1)
 def kube_protobuf() -> KubeProtobuf:
-    """The codec of the built-in kinds (built at first use; DescriptorsUnavailable if the
-    package holding the schemas is missing)."""
+    """The codec of the built-in kinds, built at first use (DescriptorsUnavailable without
+    the package holding the schemas or the protobuf library: the server then runs, JSON
+    only, as it did before)."""
+    try:
+        from .codec import KubeProtobuf
+    except ImportError as e:
+        raise DescriptorsUnavailable(f"the protobuf library is not installed: {e}") from e
+    from ..openapi.models import model_class
+
     return KubeProtobuf(kube_file_descriptors(), model_class)
 
 

@@ -32,6 +32,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from ...core import errors
+from . import UNSUPPORTED
 from .inline import Inlining
 
 MAGIC = b"k8s\x00"
@@ -40,8 +41,6 @@ _UNKNOWN = "k8s.io.apimachinery.pkg.runtime.Unknown"
 _GOGO = "github.com/gogo/protobuf/gogoproto/gogo.proto"
 _VALUE_FIELD = b"\xc8\xde\x1f\x00"  # gogoproto.nullable (65001) = false, as serialized
 _OMIT = object()
-UNSUPPORTED = ("the body of the request was in an unknown format - accepted media types "
-               "include: application/json, application/yaml")
 
 
 class KubeProtobuf:
