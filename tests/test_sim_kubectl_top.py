@@ -118,3 +118,17 @@ def test_kubectl_events_lists_what_happened_to_an_object(cluster, kubectl):
     done = kubectl.run(cluster, "events", "--types=Warning")
     assert (done.returncode, done.stdout) == (0, "")
     assert "No events found" in done.stderr
+
+
+def test_kubectl_get_of_the_metrics_resources_shows_metrics_servers_columns(cluster, kubectl):
+    deployment(cluster, "web", replicas=1)
+    wait_for(lambda: len(running_pods(cluster, "app=web")) == 1, timeout=60)
+    [node] = table(kubectl(cluster, "get", "nodes.metrics.k8s.io"))
+    assert list(node) == ["NAME", "CPU", "MEMORY", "WINDOW"]
+    assert (node["NAME"], node["WINDOW"]) == (NODE, "15s")
+    [pod] = table(kubectl(cluster, "get", "pods.metrics.k8s.io", "--show-labels"))
+    assert pod["NAME"] == running_pods(cluster, "app=web")[0].metadata.name
+    assert "app=web" in pod["LABELS"]
+    # metrics-server serves get and list only: a watch is refused, not left hanging
+    done = kubectl.run(cluster, "get", "pods.metrics.k8s.io", "-w", "--request-timeout=5s")
+    assert done.returncode == 1 and "MethodNotAllowed" in done.stderr

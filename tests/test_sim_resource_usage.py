@@ -63,3 +63,10 @@ def test_a_node_uses_its_pods_and_the_system_share():
         u.cpu_nanocores for u in containers)
     assert total.memory_bytes == NODE_SYSTEM_MEMORY + sum(u.memory_bytes for u in containers)
     assert node_usage([], 10.0).cpu_nanocores == NODE_SYSTEM_CPU_MILLI * 10**6
+
+
+def test_cpu_quantities_are_written_in_canonical_form():
+    from gpuops.simcluster.metrics.metricstable import cpu_quantity
+    assert [cpu_quantity(n) for n in (2 * 10**9, 250 * 10**6, 136_250_000 + 1_000,
+                                      25_015_161, 0)] == ["2", "250m", "136251u",
+                                                          "25015161n", "0"]

@@ -19,6 +19,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gpuops.common.quantity import format_bytes
+
 from ..core import errors
 from ..core.clock import VirtualClock, rfc3339
 from ..core.resources import ResourceRegistry, ResourceType
@@ -29,6 +31,7 @@ from ..core.selectors import (
     parse_label_selector,
 )
 from ..core.store import Store
+from .metricstable import cpu_quantity, metrics_table
 from .resourceusage import Usage, node_usage, pod_usage
 
 GROUP, VERSION = "metrics.k8s.io", "v1beta1"
@@ -60,9 +63,12 @@ class ResourceMetricsApi:
     async def handle(self, request: web.Request) -> web.Response:
         parts = [p for p in request.match_info["tail"].split("/") if p]
         query = request.query
+        if query.get("watch") in ("true", "1"):  # metrics-server's storage has no watch
+            raise errors.method_not_allowed("the server does not allow this method on the "
+                                            "requested resource")
         if parts[:1] == ["nodes"] and len(parts) <= 2:
             name = parts[1] if len(parts) == 2 else None
-            return self._answer(NODE_METRICS, name, self.node_metrics(
+            return _answer(request, NODE_METRICS, name, self.node_metrics(
                 None if name else query.get("labelSelector"),
                 None if name else query.get("fieldSelector"), name))
         namespace = None
@@ -70,22 +76,10 @@ class ResourceMetricsApi:
             namespace, parts = parts[1], parts[2:]
         if parts[:1] == ["pods"] and len(parts) <= 2:
             name = parts[1] if len(parts) == 2 else None
-            return self._answer(POD_METRICS, name, self.pod_metrics(
+            return _answer(request, POD_METRICS, name, self.pod_metrics(
                 namespace, None if name else query.get("labelSelector"),
                 None if name else query.get("fieldSelector"), name), namespace)
         raise errors.not_found("", request.path)
-
-    def _answer(self, rt: ResourceType, name: str | None, items: list[Obj],
-                namespace: str | None = None) -> web.Response:
-        if name is None:
-            body: Obj = {"kind": f"{rt.kind}List", "apiVersion": f"{GROUP}/{VERSION}",
-                         "metadata": {}, "items": items}
-        elif items:
-            body = items[0]
-        else:  # metrics-server's resource names, a pod's with its namespace
-            raise errors.not_found(rt.singular, name if namespace is None
-                                   else f"{namespace}/{name}", GROUP)
-        return web.Response(body=orjson.dumps(body), content_type="application/json")
 
     # --- the objects ---------------------------------------------------------------------------
 
@@ -139,6 +133,34 @@ class ResourceMetricsApi:
         return [] if found is None else [found]
 
 
+def _answer(request: web.Request, rt: ResourceType, name: str | None, items: list[Obj],
+            namespace: str | None = None) -> web.Response:
+    """A list, one object, or a Table of either; a named object without metrics is a 404
+    with metrics-server's resource names (a pod's name with its namespace)."""
+    if name is not None and not items:
+        raise errors.not_found(rt.singular, name if namespace is None
+                               else f"{namespace}/{name}", GROUP)
+    table = _table_version(request.headers.get("Accept", ""))
+    if table is not None:
+        body = metrics_table(items, table, request.query.get("includeObject") or "Metadata")
+    elif name is None:
+        body = {"kind": f"{rt.kind}List", "apiVersion": f"{GROUP}/{VERSION}",
+                "metadata": {}, "items": items}
+    else:
+        body = items[0]
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def _table_version(accept: str) -> str | None:
+    """`meta.k8s.io/v1` (or v1beta1) when the Accept header asks for a Table, as kubectl get
+    does."""
+    for part in accept.split(","):
+        params = dict(p.strip().partition("=")[::2] for p in part.split(";")[1:])
+        if params.get("as") == "Table" and params.get("g") == "meta.k8s.io":
+            return f"meta.k8s.io/{params.get('v', 'v1')}"
+    return None
+
+
 def _ready(node: Obj) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (node.get("status") or {}).get("conditions") or [])
@@ -154,4 +176,7 @@ def _meta(meta: Obj, stamp: str) -> Obj:
 
 
 def _quantities(usage: Usage) -> dict[str, str]:
-    return {"cpu": f"{usage.cpu_nanocores}n", "memory": f"{usage.memory_bytes // 1024}Ki"}
+    """In Quantity's canonical form, as metrics-server's JSON has them (memory in whole Ki,
+    a working set being pages)."""
+    return {"cpu": cpu_quantity(usage.cpu_nanocores),
+            "memory": format_bytes(usage.memory_bytes // 1024 * 1024)}
