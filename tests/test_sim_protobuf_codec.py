@@ -140,3 +140,12 @@ def test_descriptors_are_found_in_a_binary_among_other_gzip_members():
               + b"\x1f\x8b\x08\x00" + b"\x00" * 4 + b"not gzip"
               + gzip.compress(wanted.SerializeToString(), mtime=0) + b"tail")
     assert descriptors_in(binary) == [wanted.SerializeToString()]
+
+
+def test_delete_options_sent_in_a_groups_version_decode_from_meta(codec):
+    """client-go registers DeleteOptions in every group version: a typed delete of a
+    Deployment sends it as apps/v1, a kind only meta.k8s.io has."""
+    options = {"apiVersion": "apps/v1", "kind": "DeleteOptions",
+               "propagationPolicy": "Foreground", "gracePeriodSeconds": 0,
+               "dryRun": ["All"], "preconditions": {"uid": "5d8f"}}
+    assert codec.decode(codec.encode(options)) == options

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from ..core import errors
 from ..core.resources import ResourceType
-from .protobuf import decode_body
+from . import protobuf as protobuf_codec
 
 JSON = "application/json"
 PROTOBUF = "application/vnd.kubernetes.protobuf"
@@ -74,7 +74,10 @@ async def read_body(request: web.Request, default: Any = None,
     kind's own `protobuf` decoder)."""
     raw = await request.read()
     if PROTOBUF in request.headers.get("Content-Type", ""):
-        return (protobuf or decode_body)(raw)
+        if protobuf is not None:
+            return protobuf(raw)
+        await protobuf_codec.load()
+        return protobuf_codec.decode_body(raw)
     if not raw:
         if default is not None:
             return default

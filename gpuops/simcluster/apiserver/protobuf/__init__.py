@@ -21,6 +21,8 @@ A custom resource, or a machine without the descriptors' package, gets kube-apis
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +32,7 @@ from .descriptors import DescriptorsUnavailable, kube_file_descriptors
 if TYPE_CHECKING:
     from .codec import KubeProtobuf
 
-__all__ = ["decode_body", "kube_protobuf"]
+__all__ = ["decode_body", "kube_protobuf", "load"]
 UNSUPPORTED = ("the body of the request was in an unknown format - accepted media types "
                "include: application/json, application/yaml")
 
@@ -47,6 +49,14 @@ def kube_protobuf() -> KubeProtobuf:
     from ..openapi.models import model_class
 
     return KubeProtobuf(kube_file_descriptors(), model_class)
+
+
+async def load() -> None:
+    """Build the codec off the event loop (reading the schemas takes about a second), so
+    the first protobuf body does not stall every watch; later calls return at once."""
+    if kube_protobuf.cache_info().currsize == 0:
+        with contextlib.suppress(DescriptorsUnavailable):  # decode_body answers 415
+            await asyncio.to_thread(kube_protobuf)
 
 
 def decode_body(raw: bytes) -> dict[str, Any]:
