@@ -9,7 +9,10 @@ window's figures through `tasks/rollout/metrics.window_metrics`, the verdict fro
 `tasks/rollout/gates.judge`, the warm-up from `warmup.is_warm`, the fixed-capacity stages and
 weights from `tasks/rollout/capacity`. The course mirrors `tasks/rollout/run.py`: warm before
 traffic, each step's window judged after `window_s` and again every `poll_s` while it WAITs,
-until `step_timeout_s`. Why not the flow on simcluster at a fast clock: the flow waits on the
+until `step_timeout_s`; a step where both pools are as busy added when the steps have none;
+promotion held until latency passed at comparable loads; in blue-green, the 100 % window
+judged against the old version's own window before the rollout (`unmatched_loads` does
+neither: the gates as they were). Why not the flow on simcluster at a fast clock: the flow waits on the
 wall clock (windows, polls, readiness), so one rollout with 5-minute windows takes about a
 minute at 20x, and 10 seeds x 5 versions x 3 gate sets would take an hour on two cores; the
 decisions are the same pure functions. The flow's I/O (PromQL against a real Prometheus, the
@@ -129,7 +132,9 @@ class Course:
     """One rollout on a `ServingStack`, deciding as `tasks/rollout/run.py` does."""
 
     def __init__(self, stack: ServingStack, scenario: Scenario, analysis: Analysis,
-                 new_degradations: tuple[Degradation, ...]) -> None:
+                 new_degradations: tuple[Degradation, ...],
+                 before: tuple[Snapshot, Snapshot] | None = None,
+                 judge_full: bool = True) -> None:
         self.stack = stack
         self.scenario = scenario
         self.timing = scenario.timing
@@ -138,6 +143,9 @@ class Course:
         self.verdicts: list[Verdict] = []
         self.windows = 0
         self.first_traffic: dict[str, Snapshot] | None = None
+        self.before = before  # the old pool's window before the rollout (its own history)
+        self.judge_full = judge_full
+        self.full_at: float | None = None  # when 100 % was set
 
     def warm_up(self, deadline: float) -> str | None:
         """Batches until the new replicas' TTFT stops falling; why not, or None."""
@@ -164,16 +172,18 @@ class Course:
             self.first_traffic = self.stack.snapshot()
         self.stack.weight = weight
 
-    def judge_step(self) -> Verdict:
-        """The step's window, extended while it WAITs, as `Course.analyse` does."""
+    def judge_step(self, baseline: tuple[Snapshot, Snapshot] | None = None) -> Verdict:
+        """The step's window, extended while it WAITs, as `Course.analyse` does; against
+        the old pool over the same time or over `baseline`."""
         self.windows += 1
         start = self.stack.snapshot()
         began = self.stack.t
         self.stack.advance(self.timing.window_s)
         while True:
             end = self.stack.snapshot()
+            old_start, old_end = baseline or (start["old"], end["old"])
             verdict = judge(self.analysis, self.stack.window("new", start["new"], end["new"]),
-                            self.stack.window("old", start["old"], end["old"]))
+                            self.stack.window("old", old_start, old_end))
             if verdict.status is not Status.WAIT or \
                     self.stack.t - began + self.timing.poll_s > self.timing.step_timeout_s:
                 self.verdicts.append(verdict)
@@ -189,8 +199,9 @@ class Course:
 
     def outcome(self, started: float, failed_at: int | None, reason: str) -> Outcome:
         completed = failed_at is None and not reason
+        full_at = self.stack.t if self.full_at is None else self.full_at
         return Outcome(completed, self.windows,
-                       self.stack.t - started if completed else None, self.share_pct(),
+                       full_at - started if completed else None, self.share_pct(),
                        failed_at, reason, self.verdicts)
 
     def blue_green(self) -> Outcome:
@@ -206,6 +217,12 @@ class Course:
                 return self.outcome(started, 100, "latency never compared at equal loads")
             self.set_weight(weight)
             if weight == 100:
+                self.full_at = self.stack.t
+                # as `Course._judge_full`: the whole load against the old one's own window
+                if self.judge_full and self.before is not None and \
+                        self.judge_step(self.before).status is Status.FAIL:
+                    self.full_at = None
+                    return self.outcome(started, 100, self.verdicts[-1].reason)
                 break
             verdict = self.judge_step()
             if verdict.status is not Status.PASS:
@@ -228,6 +245,7 @@ class Course:
                 return self.outcome(started, 100, "latency never compared at equal loads")
             self.set_weight(weight)
             if weight == 100:
+                self.full_at = self.stack.t
                 break
             verdict = self.judge_step()
             if verdict.status is not Status.PASS:
@@ -243,8 +261,12 @@ def roll_out(scenario: Scenario, version: str, gate_set: str, seed: int) -> Outc
     stack = ServingStack(seed=seed, demand=DemandCurve(scenario.base_rps, scenario.peak_rps),
                          start=start, profile=scenario.profile())
     stack.add("old", "old", scenario.replicas, warm=True)
+    stack.advance(scenario.timing.window_s / 2)
+    before = stack.pools["old"].snapshot(stack.t)
     stack.advance(scenario.timing.window_s)  # the old version serving before the rollout
-    course = Course(stack, scenario, analysis_for(gate_set, scenario), bad)
+    history = (before, stack.pools["old"].snapshot(stack.t))
+    course = Course(stack, scenario, analysis_for(gate_set, scenario), bad, history,
+                    judge_full=gate_set != "unmatched_loads")
     return course.fixed_capacity() if version in FIXED_CAPACITY else course.blue_green()
 
 

@@ -25,7 +25,11 @@ from typing import Any, Literal
 from uuid import UUID
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+from prefect.artifacts import (
+    acreate_image_artifact,
+    acreate_markdown_artifact,
+    acreate_table_artifact,
+)
 from prefect.concurrency.asyncio import AcquireConcurrencySlotTimeoutError
 from prefect.exceptions import NotPausedError
 from prefect.runtime import flow_run as runtime_flow_run
@@ -36,6 +40,7 @@ from gpuops.blocks.loading import load_block
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.blocks.rollout import RolloutPolicy
 from gpuops.common.annotations import ROLLOUT_ABORT
+from gpuops.common.errors import PrometheusError
 from gpuops.common.flow_runs import run_is_active
 from gpuops.common.settings import PrometheusSettings, get_settings
 from gpuops.tasks.actions.perform import hold_targets, perform, recording_actions
@@ -44,6 +49,7 @@ from gpuops.tasks.approvals.request import Approval, request_approval, resume_ap
 from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.clients.prometheus import Prometheus
 from gpuops.tasks.rollout.actions import RequestAbort, abort_target, pool_target, route_target
+from gpuops.tasks.rollout.chart import png_data_uri
 from gpuops.tasks.rollout.notify import slack_notifier
 from gpuops.tasks.rollout.params import RolloutSpec, parse_pool, parse_spec
 from gpuops.tasks.rollout.preflight import Plan, preflight
@@ -201,6 +207,16 @@ async def _publish_timeline(course: Course, result: Result | None) -> None:
                  f"{outcome}\n\n" + (f"{result.message.splitlines()[0]}\n\n" if result else "")
                  + f"```\n{plan.describe()}\n```\n\n## Steps\n\n```\n"
                  f"{timeline_text(course.steps)}\n```")
+    try:
+        png = await asyncio.to_thread(course.chart)
+    except PrometheusError as e:  # the chart is a picture of what the tables already say
+        get_run_logger().warning("no rollout chart: %s", e)
+        return
+    if png is not None:
+        await acreate_image_artifact(
+            key="serving-rollout-chart", image_url=png_data_uri(png),
+            description="TTFT, inter-token latency and error ratio of the old and the new "
+                        "version over the rollout; dashed lines: the steps")
 
 
 # --- abort ------------------------------------------------------------------------------------

@@ -37,14 +37,15 @@ def test_a_good_version_rolls_out_to_100_percent_and_the_old_is_scaled_to_zero(
 
     assert state.is_completed(), state.message
     summary = state.result()
-    assert timeline(state) == [(1, "passed"), (5, "passed"), (25, "passed"), (50, "passed")]
+    assert timeline(state) == [(1, "passed"), (5, "passed"), (25, "passed"), (50, "passed"),
+                               (100, "passed")]  # 100 %: against the old one's own window
     found = artifacts(state)
     rows = found["serving-rollout-timeline"]
     assert all("ttft_p90" in r["gates"] and "limit" in r["gates"] and r["verdict"] == "pass"
                for r in rows)
     assert all(int(r["requests new/old"].split("/")[0]) >= 40 for r in rows)
     summary_md = found["serving-rollout-summary"]
-    assert ": completed" in summary_md and "gates at step 4 (50 %)" in summary_md
+    assert ": completed" in summary_md and "gates at step 5 (100 %)" in summary_md
     assert "mode       blue-green" in found["serving-rollout-plan"]
     new = new_pool_of(stack)
     assert new.startswith(f"{MODEL}-") and summary["new_pool"] == new

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pandas as pd
+
 from gpuops.tasks.clients.prometheus import Prometheus
+from gpuops.tasks.rollout.chart import chart_queries, chart_step
 from gpuops.tasks.rollout.metrics import (
     Answer,
     MetricNames,
@@ -41,3 +44,15 @@ def read_window(prom: Prometheus, selector: SeriesSelector, start: datetime, end
     answers: dict[str, Answer] = {key: prom.query(expr, at=end) for key, expr in
                                   window_queries(selector, names, end - start).items()}
     return window_metrics(selector, start, end, names, answers)
+
+
+def read_chart_curves(prom: Prometheus, selector: SeriesSelector, start: datetime,
+                      end: datetime) -> dict[str, pd.Series]:
+    """One pool's chart curves over [start, end] (`chart.chart_queries`); a pool without
+    pods or series has none."""
+    if selector.empty:
+        return {}
+    names = discover_names(prom, selector, end)
+    step = chart_step(start, end)
+    return {key: prom.range_one(expr, start, end, step)
+            for key, expr in chart_queries(selector, names, step).items()}

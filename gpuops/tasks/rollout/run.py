@@ -51,12 +51,13 @@ from gpuops.tasks.rollout.actions import (
     pool_target,
 )
 from gpuops.tasks.rollout.capacity import capacity_stages, capacity_weight
+from gpuops.tasks.rollout.chart import StepMark, chart_png
 from gpuops.tasks.rollout.derive import served_model
 from gpuops.tasks.rollout.gates import Status, Verdict, judge, unproven
-from gpuops.tasks.rollout.metrics import pool_series
+from gpuops.tasks.rollout.metrics import SeriesSelector, pool_series
 from gpuops.tasks.rollout.objects import PoolRef, PoolView, ServedApis
 from gpuops.tasks.rollout.preflight import Plan
-from gpuops.tasks.rollout.read_metrics import read_window
+from gpuops.tasks.rollout.read_metrics import read_chart_curves, read_window
 from gpuops.tasks.rollout.read_objects import read_pool_view, read_route
 from gpuops.tasks.rollout.report import verdict_text
 from gpuops.tasks.rollout.state import (
@@ -106,6 +107,8 @@ class Course:
     notify: Notify | None = None
     steps: list[StepResult] = field(default_factory=list)
     record: RolloutRecord | None = None
+    # Every pod judged, per pool: the chart reads their series after a rollback removed them.
+    pods_seen: dict[str, set[str]] = field(default_factory=dict)
 
     # --- names -----------------------------------------------------------------------------------
 
@@ -221,8 +224,17 @@ class Course:
             await self._approve(index + 1, weight)
             await self.set_weight(weight, phase="shifting", passed=False)
             if weight == 100:
+                if start_at == 0 and self.steps:
+                    await self._judge_full(index + 1)
                 break
             await self._judge(index + 1, weight)
+
+    async def _judge_full(self, index: int) -> None:
+        """At 100 %, while the old version is still warm: the new one, now as busy per replica
+        as the old one was before the first step, judged against the old one's own window of
+        then. No earlier blue-green step loads the new replicas that much (at 50 % both sides
+        carry half), so a version bad only under load shows here first."""
+        await self._judge(index, 100, history=self.steps[0].started)
 
     async def _fixed_capacity(self) -> None:
         assert self.record is not None
@@ -281,36 +293,42 @@ class Course:
             raise RolloutStopped(f"step {index} to {weight} % not approved: "
                                  f"{not_approved_message(answer)}", "rejected")
 
-    async def _judge(self, index: int, weight: int) -> None:
+    async def _judge(self, index: int, weight: int, history: datetime | None = None) -> None:
+        """The step's window against the old version's over the same time, or (`history`)
+        over as long a window ending then: its own past."""
         old_view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns,
                                            self.plan.old.pool.name)
         new_view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns,
                                            self.plan.new.pool_name)
         step = StepResult(index, weight, sum(p.ready for p in old_view.pods),
                           sum(p.ready for p in new_view.pods), _now())
-        verdict = await self.analyse(step.started)
+        verdict = await self.analyse(step.started, history)
         ended = _now()
+        note = "" if history is None else (
+            f"against the old version's own {(ended - step.started).total_seconds():.0f} s "
+            f"up to {history:%H:%M:%S}, before the first step")
         if verdict.status is Status.PASS:
             self.steps.append(StepResult(step.index, weight, step.old_replicas,
-                                         step.new_replicas, step.started, ended, verdict))
+                                         step.new_replicas, step.started, ended, verdict,
+                                         note=note))
             await self.write_record(f"step {index} ({weight} %) passed", passed=True)
             return
         timed_out = verdict.status is Status.WAIT
         outcome = "timed out" if timed_out else "failed"
         self.steps.append(StepResult(step.index, weight, step.old_replicas, step.new_replicas,
-                                     step.started, ended, verdict, outcome))
+                                     step.started, ended, verdict, outcome, note))
         why = (f"step {index} ({weight} %) {'timed out' if timed_out else 'failed'} after "
                f"{(ended - step.started).total_seconds():.0f} s")
         raise RolloutStopped(f"{why}\n{verdict_text(verdict)}", outcome)
 
-    async def analyse(self, start: datetime) -> Verdict:
+    async def analyse(self, start: datetime, history: datetime | None = None) -> Verdict:
         """The new version against the old over [start, now], judged after `window_s` and
         again every `poll_s` while it WAITs, until `step_timeout_s`."""
         timing = self.spec.timing
         await self.pause(timing.window_s)
         while True:
             end = _now()
-            verdict = await asyncio.to_thread(self._verdict, start, end)
+            verdict = await asyncio.to_thread(self._verdict, start, end, history)
             get_run_logger().info("analysis %s .. %s: %s", start.strftime("%H:%M:%S"),
                                   end.strftime("%H:%M:%S"), verdict.reason)
             if verdict.status is not Status.WAIT or \
@@ -318,11 +336,33 @@ class Course:
                 return verdict
             await self.pause(timing.poll_s)
 
-    def _verdict(self, start: datetime, end: datetime) -> Verdict:
+    def _verdict(self, start: datetime, end: datetime, history: datetime | None = None
+                 ) -> Verdict:
         old = read_pool_view(self.kube, self.apis, self.ns, self.plan.old.pool.name)
         new = read_pool_view(self.kube, self.apis, self.ns, self.plan.new.pool_name)
+        for view in (old, new):
+            self.pods_seen.setdefault(view.pool.name, set()).update(p.name for p in view.pods)
+        # Its own past grows backwards as the window waits: history gets no new samples.
+        old_end = history or end
+        old_start = old_end - (end - start)
         return judge(self.spec.analysis, read_window(self.prom, pool_series(new), start, end),
-                     read_window(self.prom, pool_series(old), start, end))
+                     read_window(self.prom, pool_series(old), old_start, old_end))
+
+    def chart(self) -> bytes | None:
+        """The TTFT / ITL / error-ratio chart of both versions since the first judged step
+        (`chart.chart_png`); None before any."""
+        if not self.steps:
+            return None
+        start = self.steps[0].started - timedelta(seconds=self.spec.timing.window_s)
+        end = _now()
+        curves = {}
+        for version, pool in (("old", self.plan.old.pool.name),
+                              ("new", self.plan.new.pool_name)):
+            selector = SeriesSelector.of_pods(self.ns, self.pods_seen.get(pool, ()))
+            curves[version] = read_chart_curves(self.prom, selector, start, end)
+        marks = [StepMark(s.started, s.weight) for s in self.steps if s.verdict is not None]
+        return chart_png(curves, marks, f"{self.plan.old.pool.ref} -> "
+                         f"{self.plan.new.pool_name}: old (blue) and new (orange)")
 
     # --- waits ----------------------------------------------------------------------------------
 
