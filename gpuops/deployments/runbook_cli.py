@@ -7,7 +7,7 @@ inside each command so `gpuops --help` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -69,3 +69,90 @@ def actions() -> None:
         fields = ", ".join(f"{f}{'' if info.is_required() else '?'}"
                            for f, info in spec.args.model_fields.items())
         typer.echo(f"{name:22} [{kind}] ({fields}) {spec.summary}")
+
+
+def _registry(extra: list[Path] | None) -> Any:
+    from gpuops.flows.run_runbook import load_runbooks
+
+    return load_runbooks(extra or [])
+
+
+ExtraOption = Annotated[list[Path] | None, typer.Option(
+    "--file", help="A runbook file besides the shipped ones; repeatable.")]
+
+
+@runbook_app.command("list")
+def list_runbooks(file: ExtraOption = None) -> None:
+    """The runbooks: name, parameters, trigger, first line of the description."""
+    for name, loaded in _registry(file).items():
+        runbook = loaded.runbook
+        params = ", ".join(f"{p}{'' if spec.required else '?'}"
+                           for p, spec in runbook.parameters.items())
+        trigger = f" [on {runbook.trigger.event}]" if runbook.trigger else ""
+        summary = (runbook.description.strip().splitlines() or [""])[0]
+        typer.echo(f"{name} ({params}){trigger}: {summary}")
+
+
+@runbook_app.command("show")
+def show(name: Annotated[str, typer.Argument(help="The runbook's name.")],
+         file: ExtraOption = None) -> None:
+    """A runbook's parameters, preconditions and steps."""
+    from gpuops.common.errors import ConfigError
+
+    loaded = _registry(file).get(name)
+    if loaded is None:
+        raise ConfigError("runbook", f"no runbook named {name!r}; `gpuops runbook list` "
+                          "names them")
+    runbook = loaded.runbook
+    typer.echo(f"{runbook.name} ({loaded.source})")
+    if runbook.description:
+        typer.echo(runbook.description.strip())
+    typer.echo("parameters:")
+    for pname, spec in runbook.parameters.items():
+        default = "required" if spec.required else f"default {spec.default!r}"
+        typer.echo(f"  {pname}: {spec.type}, {default}"
+                   + (f" - {spec.description}" if spec.description else ""))
+    if runbook.trigger:
+        typer.echo(f"trigger: {runbook.trigger.event} {runbook.trigger.match or ''}")
+    for pre in runbook.preconditions:
+        typer.echo(f"precondition: {pre.check} {pre.args}")
+    for i, step in enumerate(runbook.steps, 1):
+        when = f" when {step.when}" if step.when else ""
+        undo = f" (undo: {step.undo.action})" if step.undo else ""
+        typer.echo(f"{i}. {step.name}: {step.action}{when}{undo}")
+
+
+@runbook_app.command("run")
+def run(
+    name: Annotated[str, typer.Argument(help="The runbook's name.")],
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", "-p", help="A parameter, `name=value`; repeatable.")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Plan from live state; change nothing.")]
+        = False,
+    cluster_block: Annotated[str, typer.Option(help="KubernetesCluster Block.")] = "",
+    slack_block: Annotated[str, typer.Option(help="SlackConnection Block.")] = "",
+    policy_block: Annotated[str, typer.Option(help="ApprovalPolicy Block.")] = "",
+    file: ExtraOption = None,
+) -> None:
+    """Run a runbook here, as a flow run on the Prefect server (its steps are task runs);
+    bad parameters are one error line naming each, before anything starts."""
+    import asyncio
+
+    from gpuops.common.errors import ConfigError
+    from gpuops.flows.run_runbook import runbook_flow
+    from gpuops.runbooks.arguments import bind_values, parse_cli_params
+
+    registry = _registry(file)
+    loaded = registry.get(name)
+    if loaded is None:
+        raise ConfigError("runbook", f"no runbook named {name!r}; `gpuops runbook list` "
+                          "names them")
+    given = parse_cli_params(param or [])
+    bind_values(loaded.runbook, given)  # every bad value named, nothing started
+    flow: Any = runbook_flow(loaded, registry)
+    state: Any = asyncio.run(flow(**given, dry_run=dry_run, cluster_block=cluster_block,
+                             slack_block=slack_block, policy_block=policy_block,
+                             return_state=True))
+    typer.echo(f"{state.name}: {state.message}")
+    if state.is_failed():
+        raise typer.Exit(1)

@@ -21,8 +21,6 @@ CATALOG = ActionCatalog()
 
 NodeName = Annotated[str, Field(pattern=rf"^{DNS_SUBDOMAIN}$", description="A node's name.")]
 PoolName = Annotated[str, Field(pattern=rf"^{DNS_SUBDOMAIN}$", description="A node pool.")]
-Namespace = Annotated[str, Field(pattern=rf"^{DNS_LABEL}$")]
-ObjectName = Annotated[str, Field(pattern=rf"^{DNS_SUBDOMAIN}$")]
 
 
 class Args(BaseModel):
@@ -101,19 +99,6 @@ class ScalePoolArgs(Args):
     size: int = Field(ge=0, le=10_000)
 
 
-class RouteWeightsOutput(Output):
-    previous: dict[str, int] = Field(description="Backend pool -> weight before the step.")
-    weights: dict[str, int] = Field(description="Backend pool -> weight asked for.")
-
-
-@CATALOG.action("set-route-weights", "Set an HTTPRoute's weights between InferencePools.",
-                output=RouteWeightsOutput, destructive=True)
-class RouteWeightsArgs(Args):
-    namespace: Namespace
-    route: ObjectName
-    weights: dict[str, Annotated[int, Field(ge=0, le=1_000_000)]] = Field(min_length=1)
-
-
 class FlowRunOutput(Output):
     flow_run: str = Field(description="The flow run's id.")
     state: str = Field(description="Its final state's name (Completed, NotApproved...).")
@@ -124,14 +109,17 @@ class FlowRunOutput(Output):
                 "weights back (the serving-rollout-abort deployment).", output=FlowRunOutput,
                 destructive=True)
 class RollbackArgs(Args):
-    namespace: Namespace
-    pool: ObjectName = Field(description="The InferencePool being rolled out from.")
+    pool: str = Field(pattern=rf"^{DNS_LABEL}/{DNS_SUBDOMAIN}$", description="The "
+                      "InferencePool, old or new, `namespace/name`.")
+    reason: str = Field("", max_length=500)
 
 
-@CATALOG.action("rebalance", "Run a GPU rebalance (the gpu-rebalance deployment).",
-                output=FlowRunOutput, destructive=True)
+@CATALOG.action("rebalance", "Run a GPU rebalance (the gpu-rebalance deployment) and wait "
+                "for it; it asks for its own approval.", output=FlowRunOutput,
+                destructive=True)
 class RebalanceArgs(Args):
-    dry_run: bool = True
+    dry_run: bool = Field(False, description="Plan only (a runbook's dry run always is).")
+    max_moves: int | None = Field(None, ge=1)
 
 
 # --- people ----------------------------------------------------------------------------------------

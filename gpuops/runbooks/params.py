@@ -30,7 +30,7 @@ def parse_duration(text: str | int) -> int:
     return sum(int(part or 0) * unit for part, unit in zip(match.groups(), _UNITS, strict=True))
 
 
-class _Param(BaseModel):
+class ParamBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     description: str = ""
@@ -38,7 +38,7 @@ class _Param(BaseModel):
     default: Any = None
 
     @model_validator(mode="after")
-    def _default_fits(self) -> _Param:
+    def _default_fits(self) -> ParamBase:
         if self.required and self.default is not None:
             raise ValueError("a required parameter cannot have a default: drop `required` "
                              "or `default`")
@@ -62,7 +62,7 @@ class _Param(BaseModel):
         raise NotImplementedError
 
 
-class StringParam(_Param):
+class StringParam(ParamBase):
     type: Literal["string"]
     pattern: str | None = Field(None, description="A regular expression the whole value "
                                 "must match.")
@@ -93,7 +93,7 @@ class StringParam(_Param):
         return "x"
 
 
-class _Number(_Param):
+class _Number(ParamBase):
     minimum: float | None = None
     maximum: float | None = None
 
@@ -156,7 +156,7 @@ class FloatParam(_Number):
         return {"type": "number", **self._bounds_schema()}
 
 
-class BoolParam(_Param):
+class BoolParam(ParamBase):
     type: Literal["bool"]
 
     def check(self, value: Any) -> bool:
@@ -174,7 +174,7 @@ class BoolParam(_Param):
         return False
 
 
-class EnumParam(_Param):
+class EnumParam(ParamBase):
     type: Literal["enum"]
     values: list[str] = Field(min_length=1, description="The values allowed.")
 
@@ -197,7 +197,7 @@ class EnumParam(_Param):
         return self.values[0]
 
 
-class DurationParam(_Param):
+class DurationParam(ParamBase):
     type: Literal["duration"]
     minimum: str | None = Field(None, description="The shortest allowed, e.g. `30s`.")
     maximum: str | None = Field(None, description="The longest allowed, e.g. `2h`.")
@@ -226,7 +226,7 @@ class DurationParam(_Param):
         return parse_duration(self.minimum) if self.minimum else 60
 
 
-class _Reference(_Param):
+class _Reference(ParamBase):
     """A cluster object by name: its form here, its existence at run time."""
 
     form: ClassVar[str] = DNS_SUBDOMAIN

@@ -1,0 +1,138 @@
+"""Each runbook as a Prefect flow of its own, whose parameters are the runbook's.
+
+Why not one generic flow with `params: dict`: the Prefect UI's form comes from the flow's
+signature, so each runbook gets a signature built from its declaration (types, bounds,
+patterns, allowed values, descriptions, defaults) and the form refuses a bad value before
+a run starts; the engine checks them again (arguments.py) for runs started elsewhere.
+Every runbook flow also takes `dry_run` and the Block names of the cluster, Slack and the
+approval policy (empty: settings), as the other gpuops flows do.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+from typing import Any
+
+from prefect import Flow
+from prefect.events import DeploymentEventTrigger
+from prefect.runtime import flow_run as runtime_flow_run
+from prefect.states import Completed, Failed, State
+from pydantic import Field
+
+from gpuops.blocks.connections import KubernetesCluster, SlackConnection
+from gpuops.blocks.loading import load_block
+from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.runbooks.arguments import annotation
+from gpuops.runbooks.engine import Services, execute
+from gpuops.runbooks.loader import LoadedRunbook, load_files, shipped_files
+from gpuops.runbooks.plan import RunRecord
+from gpuops.runbooks.registry import Registry
+from gpuops.runbooks.schema import Runbook
+
+DEPLOYMENT = "runbook"  # each runbook's deployment is `<runbook>/runbook`
+PEOPLE_ACTIONS = ("slack-post", "request-approval")
+ENGINE_PARAMETERS: dict[str, tuple[type, Any, str]] = {
+    "dry_run": (bool, False, "Plan from live state and report; change nothing."),
+    "cluster_block": (str, "", "The KubernetesCluster Block (empty: settings)."),
+    "slack_block": (str, "", "The SlackConnection Block (empty: settings)."),
+    "policy_block": (str, "", "The ApprovalPolicy Block (empty: settings)."),
+}
+
+
+def _calls(runbook: Runbook) -> Iterable[str]:
+    for step in runbook.steps:
+        yield step.action
+        yield from (f.action for f in step.on_failure)
+        if step.undo is not None:
+            yield step.undo.action
+
+
+def needs_people(runbook: Runbook, runbooks: Registry[LoadedRunbook] | None) -> bool:
+    """Does the runbook (or one it runs) post to Slack or ask for approval?"""
+    if any(action in PEOPLE_ACTIONS for action in _calls(runbook)):
+        return True
+    inner = [str(s.args.get("runbook")) for s in runbook.steps if s.action == "run-runbook"]
+    return runbooks is not None and any(
+        needs_people(loaded.runbook, None) for name in inner
+        if (loaded := runbooks.get(name)) is not None)
+
+
+def signature_of(runbook: Runbook) -> inspect.Signature:
+    params = []
+    for name, param in runbook.parameters.items():
+        kind = annotation(param)
+        default: Any
+        if param.required:
+            default = Field(description=param.description or None)
+        else:
+            default = Field(param.default, description=param.description or None)
+            if param.default is None:
+                kind = kind | None
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                        default=default, annotation=kind))
+    for name, (kind, value, description) in ENGINE_PARAMETERS.items():
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                        default=Field(value, description=description),
+                                        annotation=kind))
+    return inspect.Signature(params)
+
+
+def state_of(record: RunRecord) -> State:
+    if record.outcome == "completed":
+        return Completed(message=record.message)
+    if record.outcome == "dry-run":
+        return Completed(name="DryRun", message=record.message)
+    if record.outcome == "not-approved":
+        return Completed(name="NotApproved", message=record.message)
+    if record.outcome == "plan-changed":
+        return Completed(name="PlanChanged", message=record.message)
+    return Failed(message=f"{record.outcome}: {record.message}")
+
+
+def runbook_flow(loaded: LoadedRunbook, runbooks: Registry[LoadedRunbook] | None = None
+                 ) -> Flow[..., Any]:
+    runbook = loaded.runbook
+
+    async def run(**values: Any) -> State:
+        engine = {name: values.pop(name) for name in ENGINE_PARAMETERS}
+        dry_run = bool(engine["dry_run"])
+        cluster = await load_block(KubernetesCluster, engine["cluster_block"])
+        slack = policy = None
+        if not dry_run and needs_people(runbook, runbooks):
+            slack = await load_block(SlackConnection, engine["slack_block"])
+            policy = await load_block(ApprovalPolicy, engine["policy_block"])
+        services = Services(cluster.kube(), slack, policy, runbooks,
+                            str(runtime_flow_run.id or ""),
+                            {k: v for k, v in engine.items() if k != "dry_run" and v})
+        given = {k: v for k, v in values.items() if v is not None}
+        return state_of(await execute(runbook, given, services, dry_run=dry_run))
+
+    run.__signature__ = signature_of(runbook)  # type: ignore[attr-defined]
+    run.__name__ = runbook.name.replace("-", "_")
+    run.__doc__ = runbook.description or f"Runbook {runbook.name}."
+    return Flow(run, name=runbook.name, description=runbook.description or None,
+                log_prints=True)
+
+
+def load_runbooks(paths: Iterable[Any] = ()) -> Registry[LoadedRunbook]:
+    """The shipped runbooks and those in `paths` (all validated together)."""
+    return load_files([*shipped_files(), *paths])
+
+
+def runbook_deployments(runbooks: Registry[LoadedRunbook] | None = None,
+                        *, approval_policy: str = "") -> list[Any]:
+    """One deployment per runbook, `<name>/runbook`, with its trigger when it has one."""
+    runbooks = runbooks or load_runbooks()
+    policy = {"policy_block": approval_policy} if approval_policy else {}
+    out = []
+    for name, loaded in runbooks.items():
+        trigger = loaded.runbook.trigger
+        triggers: list[Any] = [DeploymentEventTrigger(
+            name=f"runbook {name}", expect={trigger.event},
+            match={"prefect.resource.id": "k8s.*", **trigger.match},
+            parameters=dict(trigger.parameters))] if trigger is not None else []
+        out.append(runbook_flow(loaded, runbooks).to_deployment(
+            name=DEPLOYMENT, tags=["gpuops", "runbook"], triggers=triggers,
+            parameters=policy, description=loaded.runbook.description or None))
+    return out

@@ -1,0 +1,35 @@
+"""What a step's binding is handed: the cluster, the run's mode and the connections it may
+use, and nothing more (kwok's typed config rather than a god object)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuops.blocks.connections import SlackConnection
+from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.tasks.clients.kube import Kube
+
+# (runbook name, parameters, dry run) -> that run's outcome and its steps' outputs
+RunRunbook = Callable[[str, Mapping[str, Any], bool], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class StepContext:
+    kube: Kube
+    dry_run: bool
+    runbook: str = ""
+    step: str = ""
+    run_id: str = ""  # the runbook's flow run, recorded on what a step changes
+    plan: str = ""  # the dry-run plan, shown when a step asks for approval
+    targets: tuple[str, ...] = ()  # what the plan changes (`node/<name>`...)
+    slack: SlackConnection | None = None
+    policy: ApprovalPolicy | None = None
+    run_runbook: RunRunbook | None = None
+    deployment_parameters: Mapping[str, Any] = field(default_factory=dict)
+
+    def need_slack(self) -> SlackConnection:
+        if self.slack is None:
+            raise RuntimeError("this step needs a Slack connection and the run has none")
+        return self.slack

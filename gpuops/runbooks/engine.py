@@ -1,0 +1,325 @@
+"""Running a runbook: preconditions, the plan from live state, then the steps, compensating
+what was done when a step fails or an approval says no.
+
+Order of a run:
+1. parameters are checked (arguments.py) and the preconditions read the cluster; one that
+   does not hold stops the run before anything changes;
+2. the plan: every step's `when:` and arguments rendered, and its binding's prediction of
+   what it would change and return (a later step reads the predicted output). A dry run
+   stops here, with the plan as its artifact;
+3. each step runs as a task run named after the step (retried as its `retry:` says). An
+   approval step runs in the flow itself (Prefect pauses flows, not tasks) and shows the
+   plan; after a "yes" the remaining steps are planned again, and if what they would change
+   is not what was approved the run stops ("plan-changed");
+4. a failing step runs its `on_failure:` steps, then every `undo:` of the steps done so
+   far, last first; so does a "no" (nothing after it runs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import acreate_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel, ValidationError
+
+from gpuops.blocks.connections import SlackConnection
+from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.common.errors import GpuopsError, PermanentError
+from gpuops.runbooks.arguments import bind_values
+from gpuops.runbooks.bindings import Binding, load_bindings
+from gpuops.runbooks.catalog import CATALOG, ApprovalOutput, CheckResult
+from gpuops.runbooks.context import StepContext
+from gpuops.runbooks.loader import LoadedRunbook
+from gpuops.runbooks.located import dotted
+from gpuops.runbooks.plan import Plan, PlannedStep, RunRecord, StepRecord, run_markdown
+from gpuops.runbooks.registry import Registry
+from gpuops.runbooks.schema import Call, Runbook, Step
+from gpuops.runbooks.templates import evaluate, render_value
+from gpuops.tasks.actions.perform import recording_actions
+from gpuops.tasks.clients.kube import Kube
+
+APPROVAL = "request-approval"
+
+
+class StepError(PermanentError):
+    """A step's arguments could not be rendered or do not fit its action once rendered."""
+
+
+@dataclass
+class Services:
+    """What runs use: the cluster, Slack and the approval policy (None when the runbook
+    needs neither), the runbooks a `run-runbook` may name, the deployments' Block names."""
+
+    kube: Kube
+    slack: SlackConnection | None = None
+    policy: ApprovalPolicy | None = None
+    runbooks: Registry[LoadedRunbook] | None = None
+    run_id: str = ""
+    deployment_parameters: Mapping[str, Any] = field(default_factory=dict)
+    depth: int = 0
+
+
+def context_for(runbook: Runbook, values: Mapping[str, Any], outputs: Mapping[str, Any],
+                dry_run: bool, **extra: Any) -> dict[str, Any]:
+    """What templates read: the parameters, `steps.<name>`, `dry_run`, `runbook`."""
+    return {**values, "steps": dict(outputs), "dry_run": dry_run, "runbook": runbook.name,
+            **extra}
+
+
+def _binding(action: str) -> Binding:
+    binding = load_bindings().get(action)
+    if binding is None:
+        raise PermanentError(f"action {action!r} is declared but this gpuops cannot run it "
+                             "yet (no binding)")
+    return binding
+
+
+def _args(call: Call, where: str, context: Mapping[str, Any]) -> BaseModel:
+    spec = CATALOG.get(call.action)
+    assert spec is not None  # the loader checked it
+    try:
+        rendered = render_value(dict(call.args), context)
+        return spec.args.model_validate(rendered)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise StepError(f"{where}.args.{dotted(first['loc'])}: {first['msg']} (once "
+                        "rendered)") from None
+    except GpuopsError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a template's own error (undefined, sandbox, 1/0)
+        raise StepError(f"{where}.args: {type(e).__name__}: {e}") from None
+
+
+def _when(step: Step, where: str, context: Mapping[str, Any]) -> bool:
+    if step.when is None:
+        return True
+    try:
+        return evaluate(step.when, context)
+    except Exception as e:  # noqa: BLE001 - as for arguments
+        raise StepError(f"{where}.when: {type(e).__name__}: {e}") from None
+
+
+def _step_context(runbook: Runbook, services: Services, dry_run: bool, step: str,
+                  plan: Plan | None = None) -> StepContext:
+    return StepContext(kube=services.kube, dry_run=dry_run, runbook=runbook.name, step=step,
+                       run_id=services.run_id, plan=plan.text() if plan else "",
+                       targets=plan.targets() if plan else (), slack=services.slack,
+                       policy=services.policy, run_runbook=_inner_runner(services),
+                       deployment_parameters=services.deployment_parameters)
+
+
+async def check_preconditions(runbook: Runbook, values: Mapping[str, Any],
+                              services: Services) -> tuple[tuple[str, bool, str], ...]:
+    context = context_for(runbook, values, {}, True)
+    results = []
+    for i, pre in enumerate(runbook.preconditions):
+        args = _args(Call(action=pre.check, args=pre.args), f"preconditions[{i}]", context)
+        result = await _binding(pre.check).run(
+            _step_context(runbook, services, True, f"precondition-{i}"), args)
+        assert isinstance(result, CheckResult)
+        results.append((pre.check, result.ok, result.detail))
+    return tuple(results)
+
+
+async def plan_steps(runbook: Runbook, values: Mapping[str, Any], services: Services, *,
+                     start: int = 0, outputs: Mapping[str, Any] | None = None
+                     ) -> tuple[PlannedStep, ...]:
+    """Each step from `start` on as it would go now, later steps reading earlier ones'
+    predicted outputs (`outputs`: the real ones of the steps already done)."""
+    known = dict(outputs or {})
+    planned = []
+    for i, step in enumerate(runbook.steps[start:], start):
+        where = f"steps[{i}]"
+        context = context_for(runbook, values, known, True)
+        if not _when(step, where, context):
+            planned.append(PlannedStep(step.name, step.action, {}, skipped=f"when: {step.when}"))
+            continue
+        args = _args(step, where, context)
+        prediction = await _binding(step.action).predict(
+            _step_context(runbook, services, True, step.name), args)
+        known[step.name] = prediction.output.model_dump()
+        planned.append(PlannedStep(step.name, step.action, args.model_dump(),
+                                   changes=prediction.changes, warnings=prediction.warnings,
+                                   output=known[step.name]))
+    return tuple(planned)
+
+
+async def make_plan(runbook: Runbook, values: Mapping[str, Any], services: Services) -> Plan:
+    checks = await check_preconditions(runbook, values, services)
+    steps = await plan_steps(runbook, values, services) if all(ok for _, ok, _ in checks) \
+        else ()
+    return Plan(runbook.name, dict(values), checks, steps)
+
+
+@task(name="runbook-step", cache_policy=NO_CACHE)
+async def _run_step(binding: Binding, ctx: StepContext, args: BaseModel) -> dict[str, Any]:
+    output = await binding.run(ctx, args)
+    return output.model_dump()
+
+
+async def _call(call: Call, name: str, runbook: Runbook, services: Services,
+                context: Mapping[str, Any], *, where: str, plan: Plan | None,
+                retries: int = 0, delay: float = 0) -> tuple[BaseModel, dict[str, Any]]:
+    args = _args(call, where, context)
+    binding = _binding(call.action)
+    ctx = _step_context(runbook, services, False, name, plan)
+    if call.action == APPROVAL:  # Prefect pauses flow runs, not task runs
+        return args, (await binding.run(ctx, args)).model_dump()
+    runner = _run_step.with_options(name=name, task_run_name=name, retries=retries,
+                                    retry_delay_seconds=delay)
+    return args, await runner(binding, ctx, args)
+
+
+async def execute(runbook: Runbook, given: Mapping[str, Any], services: Services, *,
+                  dry_run: bool, publish: bool = True) -> RunRecord:
+    """Run (or, with `dry_run`, plan) the runbook; the record says how it went. Bad
+    parameters raise `ParametersInvalid` before anything is read."""
+    values = bind_values(runbook, given)
+    record = RunRecord(runbook.name, values, dry_run)
+    plan = await make_plan(runbook, values, services)
+    try:
+        failed = [(c, d) for c, ok, d in plan.checks if not ok]
+        if failed:
+            record.outcome = "precondition-failed"
+            record.message = "; ".join(f"{c}: {d}" for c, d in failed)
+        elif dry_run:
+            record.outcome = "dry-run"
+            record.message = f"{len(plan.changes())} change(s) planned"
+            record.outputs = {s.name: s.output for s in plan.steps if s.output is not None}
+        else:
+            async with recording_actions():
+                await _run(runbook, values, services, plan, record)
+    finally:
+        if publish:
+            await acreate_markdown_artifact(markdown=run_markdown(record, plan),
+                                            description=f"Runbook {runbook.name}")
+    return record
+
+
+async def _run(runbook: Runbook, values: Mapping[str, Any], services: Services, plan: Plan,
+               record: RunRecord) -> None:
+    outputs: dict[str, Any] = {}
+    done: list[tuple[Step, dict[str, Any]]] = []  # steps with an undo, in the order done
+    for i, step in enumerate(runbook.steps):
+        where = f"steps[{i}]"
+        context = context_for(runbook, values, outputs, False)
+        started = time.monotonic()
+        try:
+            if not _when(step, where, context):
+                record.steps.append(StepRecord(step.name, step.action, {}, "skipped",
+                                               detail=f"when: {step.when}"))
+                continue
+            retries = (step.retry.attempts - 1) if step.retry else 0
+            delay = step.retry.delay if step.retry else 0
+            args, output = await _call(step, step.name, runbook, services, context,
+                                       where=where, plan=plan, retries=retries, delay=delay)
+        except Exception as e:  # noqa: BLE001 - any failure is compensated, then reported
+            record.steps.append(StepRecord(step.name, step.action, {}, "failed",
+                                           time.monotonic() - started, _describe(e)))
+            record.outcome, record.message = "failed", f"step {step.name}: {_describe(e)}"
+            await _on_failure(runbook, step, values, outputs, services, record, e)
+            await _compensate(runbook, values, outputs, done, services, record)
+            return
+        outputs[step.name] = output
+        record.outputs = dict(outputs)
+        record.steps.append(StepRecord(step.name, step.action, args.model_dump(), "done",
+                                       time.monotonic() - started, _summary(output)))
+        if step.undo is not None:
+            done.append((step, output))
+        if step.action == APPROVAL:
+            answer = ApprovalOutput.model_validate(output)
+            if not answer.approved:
+                record.outcome = "not-approved"
+                record.message = f"{step.name}: not approved by {answer.approver}" + (
+                    f": {answer.comment}" if answer.comment else "")
+                await _compensate(runbook, values, outputs, done, services, record)
+                return
+            record.approver = answer.approver
+            drift = await _drifted(runbook, values, services, plan, i + 1, outputs)
+            if drift:
+                record.outcome = "plan-changed"
+                record.message = f"the plan changed since it was approved: {drift}"
+                await _compensate(runbook, values, outputs, done, services, record)
+                return
+    record.message = f"{sum(s.outcome == 'done' for s in record.steps)} step(s) done"
+
+
+async def _drifted(runbook: Runbook, values: Mapping[str, Any], services: Services,
+                   plan: Plan, start: int, outputs: Mapping[str, Any]) -> str:
+    """What the steps after an approval would change now and the approved plan did not
+    say (or the other way round); "" when the plan still holds."""
+    approved = [c for s in plan.steps[start:] for c in s.changes]
+    now = [c for s in await plan_steps(runbook, values, services, start=start,
+                                       outputs=outputs) for c in s.changes]
+    if approved == now:
+        return ""
+    added = [c for c in now if c not in approved]
+    gone = [c for c in approved if c not in now]
+    return "; ".join([*(f"now also: {c}" for c in added), *(f"no longer: {c}" for c in gone)])
+
+
+async def _on_failure(runbook: Runbook, step: Step, values: Mapping[str, Any],
+                      outputs: Mapping[str, Any], services: Services, record: RunRecord,
+                      error: Exception) -> None:
+    context = context_for(runbook, values, outputs, False, error=_describe(error))
+    for j, failure in enumerate(step.on_failure):
+        started = time.monotonic()
+        try:
+            args, output = await _call(failure, failure.name, runbook, services, context,
+                                       where=f"{step.name}.on_failure[{j}]", plan=None)
+            record.steps.append(StepRecord(failure.name, failure.action, args.model_dump(),
+                                           "compensation", time.monotonic() - started,
+                                           _summary(output)))
+        except Exception as e:  # noqa: BLE001 - recorded; the other compensations go on
+            record.steps.append(StepRecord(failure.name, failure.action, {}, "failed",
+                                           time.monotonic() - started, _describe(e)))
+
+
+async def _compensate(runbook: Runbook, values: Mapping[str, Any], outputs: Mapping[str, Any],
+                      done: list[tuple[Step, dict[str, Any]]], services: Services,
+                      record: RunRecord) -> None:
+    """Every done step's `undo:`, last first; one that fails is recorded and the rest
+    still run (each undo is an idempotent desired state, safe to try again)."""
+    for step, _ in reversed(done):
+        assert step.undo is not None
+        name = f"undo-{step.name}"
+        context = context_for(runbook, values, outputs, False)
+        started = time.monotonic()
+        try:
+            args, output = await _call(step.undo, name, runbook, services, context,
+                                       where=f"{step.name}.undo", plan=None)
+            record.steps.append(StepRecord(name, step.undo.action, args.model_dump(),
+                                           "undone", time.monotonic() - started,
+                                           _summary(output)))
+        except Exception as e:  # noqa: BLE001 - recorded; the other undos go on
+            record.steps.append(StepRecord(name, step.undo.action, {}, "undo-failed",
+                                           time.monotonic() - started, _describe(e)))
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _summary(output: Mapping[str, Any]) -> str:
+    text = ", ".join(f"{k}={v}" for k, v in output.items())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _inner_runner(services: Services) -> Any:
+    async def run_inner(name: str, params: Mapping[str, Any], dry_run: bool
+                        ) -> dict[str, Any]:
+        loaded = services.runbooks.get(name) if services.runbooks is not None else None
+        if loaded is None:
+            raise PermanentError(f"no runbook named {name!r} is loaded")
+        if services.depth >= 8:
+            raise PermanentError("runbooks nested more than 8 deep")
+        inner = Services(services.kube, services.slack, services.policy, services.runbooks,
+                         services.run_id, services.deployment_parameters, services.depth + 1)
+        result = await execute(loaded.runbook, params, inner, dry_run=dry_run, publish=False)
+        return {"outcome": result.outcome, "steps": result.outputs}
+    return run_inner

@@ -1,0 +1,353 @@
+"""Runbooks run as Prefect flows against simcluster over HTTP, with a real Prefect server and
+the Slack fake: the dry-run plan from live state, the shipped drain runbook end to end with
+an approval from the UI form, compensation in reverse order, preconditions, parameters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from prefect.client.orchestration import get_client
+from prefect.flow_runs import resume_flow_run
+from prefect.utilities.callables import parameter_schema
+
+from gpuops.blocks.connections import KubernetesCluster, SlackConnection
+from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.deployments.serve import served_deployment_names
+from gpuops.flows.run_runbook import load_runbooks, runbook_deployments, runbook_flow
+from gpuops.runbooks.arguments import ParametersInvalid, bind_values
+from gpuops.runbooks.bindings import flows as flow_bindings
+from gpuops.runbooks.bindings import load_bindings
+from gpuops.runbooks.catalog import CATALOG
+from gpuops.runbooks.loader import load_texts, shipped_files
+from tests import helpers
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+GPU = "nvidia.com/gpu"
+
+
+def _node(v1: client.CoreV1Api, name: str, gpus: int = 8) -> None:
+    allocatable = {"cpu": "96", "memory": "1Ti", "pods": "110", GPU: str(gpus)}
+    v1.create_node({"metadata": {"name": name, "labels": {"gpuops.io/pool": "h100"}},
+                    "status": {"capacity": allocatable, "allocatable": allocatable,
+                               "conditions": [{"type": "Ready", "status": "True"}]}})
+
+
+def _pod(v1: client.CoreV1Api, name: str, node: str, labels: dict[str, str] | None = None
+         ) -> None:
+    v1.create_namespaced_pod("default", {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox:1"}]}})
+
+
+def _blocks(sim, slack_fake=None) -> dict[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    names = {"cluster_block": f"rb-cluster-{suffix}"}
+
+    async def save() -> None:
+        await KubernetesCluster(cluster_name="test", kubeconfig_path=str(sim.kubeconfig)
+                                ).save(names["cluster_block"], overwrite=True)
+        if slack_fake is not None:
+            names["slack_block"], names["policy_block"] = f"rb-slack-{suffix}", \
+                f"rb-policy-{suffix}"
+            await SlackConnection(bot_token="xoxb-test-token", signing_secret="s",
+                                  base_url=slack_fake.base_url, default_channel="#ops"
+                                  ).save(names["slack_block"], overwrite=True)
+            await ApprovalPolicy(channel="#ops", timeout_s=120, poll_interval_s=1,
+                                 expiry_grace_s=60).save(names["policy_block"], overwrite=True)
+
+    asyncio.run(save())
+    return names
+
+
+@pytest.fixture
+def cluster(prefect_server, sim) -> tuple[Any, client.CoreV1Api, client.PolicyV1Api]:
+    """gpu-1 with two pods, one of them under a budget that allows no disruption; gpu-2
+    with 8 free GPUs."""
+    v1, policy = client.CoreV1Api(sim.api), client.PolicyV1Api(sim.api)
+    _node(v1, "gpu-1")
+    _node(v1, "gpu-2")
+    _pod(v1, "worker-0", "gpu-1")
+    _pod(v1, "guarded-0", "gpu-1", {"app": "guarded"})
+    policy.create_namespaced_pod_disruption_budget("default", {
+        "metadata": {"name": "guarded"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
+    wait_for(lambda: policy.read_namespaced_pod_disruption_budget("guarded", "default")
+             .status is not None, message="the budget's status")
+    return sim, v1, policy
+
+
+def _run(flow: Any, **params: Any) -> Any:
+    return asyncio.run(flow(**params, return_state=True))
+
+
+def _flow(name: str, *texts: tuple[str, str]) -> Any:
+    registry = load_texts(texts, known=[(str(p), p.read_text()) for p in shipped_files()]) \
+        if texts else load_runbooks()
+    if name not in registry:  # a test runbook may run a shipped one
+        registry = load_texts([*texts, *((str(p), p.read_text()) for p in shipped_files())])
+    return runbook_flow(registry.get(name), registry)
+
+
+def _cordoned(v1: client.CoreV1Api, node: str) -> bool:
+    spec = v1.read_node(node).spec
+    return bool(spec and spec.unschedulable)
+
+
+def _terminating(v1: client.CoreV1Api, name: str) -> bool:
+    try:
+        return v1.read_namespaced_pod(name, "default").metadata.deletion_timestamp is not None
+    except client.ApiException as e:
+        return e.status == 404
+
+
+async def _artifact_of(state: Any) -> str:
+    async with get_client() as c:
+        artifacts = await c.read_artifacts()
+    run_id = state.state_details.flow_run_id
+    return next(a.data for a in artifacts if a.flow_run_id == run_id and a.type == "markdown"
+                and "# Runbook" in str(a.data))
+
+
+def test_a_dry_run_plans_the_drain_from_live_state_and_changes_nothing(cluster):
+    sim, v1, _ = cluster
+    state = _run(_flow("drain-gpu-node"), node="gpu-1", dry_run=True, **_blocks(sim))
+    assert state.name == "DryRun", state.message
+    assert not _cordoned(v1, "gpu-1")
+    assert not _terminating(v1, "worker-0") and not _terminating(v1, "guarded-0")
+    plan = asyncio.run(_artifact_of(state))
+    assert "- cordon node gpu-1" in plan
+    assert "- evict pod default/worker-0 from node gpu-1" in plan
+    assert "evict pod default/guarded-0" not in plan
+    # The API server's own answer to the eviction sent as a dry run, and the budget's name.
+    assert "! pod default/guarded-0 would stay: Cannot evict pod as it would violate the " \
+        "pod's disruption budget. (budget guarded)" in plan
+    # The last step's message is rendered from the drain's predicted output.
+    assert "Drained gpu-1 (maintenance): 1 pod(s) evicted, 1 kept by disruption" in plan
+
+
+def test_a_dry_run_counts_a_budget_down_across_the_nodes_pods(prefect_server, sim):
+    """Each eviction alone would pass the server's dry run; together they exceed the
+    budget, and the plan says which pod would stay."""
+    v1, policy = client.CoreV1Api(sim.api), client.PolicyV1Api(sim.api)
+    _node(v1, "gpu-1")
+    _node(v1, "gpu-2")
+    for i in range(2):
+        _pod(v1, f"replica-{i}", "gpu-1", {"app": "serving"})
+    policy.create_namespaced_pod_disruption_budget("default", {
+        "metadata": {"name": "serving"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serving"}}}})
+    wait_for(lambda: (policy.read_namespaced_pod_disruption_budget("serving", "default")
+                      .status or client.V1PodDisruptionBudgetStatus(
+                          current_healthy=0, desired_healthy=0, disruptions_allowed=0,
+                          expected_pods=0)).disruptions_allowed == 1,
+             timeout=30, message="the budget to allow one disruption")
+    state = _run(_flow("drain-gpu-node"), node="gpu-1", dry_run=True, **_blocks(sim))
+    plan = asyncio.run(_artifact_of(state))
+    assert "- evict pod default/replica-0 from node gpu-1" in plan
+    assert "! pod default/replica-1 would stay: disruption budget serving allows no more " \
+        "evictions" in plan
+
+
+def test_the_shipped_drain_runbook_runs_end_to_end_after_approval(cluster, slack_fake):
+    sim, v1, _ = cluster
+    blocks = _blocks(sim, slack_fake)
+    flow = _flow("drain-gpu-node")
+
+    class Run(helpers.FlowThread):
+        def run_flow(self, **params: Any) -> Any:
+            return _run(flow, **params)
+
+    run = Run(node="gpu-1", reason="Xid 79 on GPU 3", channel="#ops", wait="30s", **blocks)
+    request = wait_for(lambda: next((m for m in slack_fake.messages()
+                                     if "Approval needed" in json.dumps(m.get("blocks"))),
+                                    None), timeout=60, message="the approval request")
+    shown = json.dumps(request["blocks"])
+    assert "evict pod default/worker-0 from node gpu-1" in shown  # the plan is shown
+    run_id = json.loads(next(e["value"] for b in request["blocks"] if b["type"] == "actions"
+                             for e in b["elements"]))["flow_run_id"]
+    wait_for(lambda: asyncio.run(_paused(run_id)), timeout=60, message="the pause")
+    resume_flow_run(uuid.UUID(run_id), run_input={"approved": True, "approver": "alice"})
+    state = run.result(180)
+    assert state.is_completed() and state.name == "Completed", state.message
+    assert _cordoned(v1, "gpu-1") and _terminating(v1, "worker-0")
+    assert not _terminating(v1, "guarded-0")  # its budget allows no disruption
+    told = [m for m in slack_fake.messages() if m.get("text", "").startswith("Drained gpu-1")]
+    assert told and "1 pod(s) evicted" in told[0]["text"] and "1 kept" in told[0]["text"]
+    artifact = asyncio.run(_artifact_of(state))
+    assert "Approved by alice." in artifact
+    assert "| cordon | `cordon-node(node='gpu-1')` | done |" in artifact
+
+
+async def _paused(run_id: str) -> bool:
+    async with get_client() as c:
+        run = await c.read_flow_run(uuid.UUID(run_id))
+    return bool(run.state and run.state.is_paused())
+
+
+def test_a_no_stops_the_run_before_anything_changes(cluster, slack_fake):
+    sim, v1, _ = cluster
+    blocks = _blocks(sim, slack_fake)
+    flow = _flow("drain-gpu-node")
+
+    class Run(helpers.FlowThread):
+        def run_flow(self, **params: Any) -> Any:
+            return _run(flow, **params)
+
+    run = Run(node="gpu-1", **blocks)
+    request = wait_for(lambda: next((m for m in slack_fake.messages()
+                                     if "Approval needed" in json.dumps(m.get("blocks"))),
+                                    None), timeout=60, message="the approval request")
+    run_id = json.loads(next(e["value"] for b in request["blocks"] if b["type"] == "actions"
+                             for e in b["elements"]))["flow_run_id"]
+    wait_for(lambda: asyncio.run(_paused(run_id)), timeout=60, message="the pause")
+    resume_flow_run(uuid.UUID(run_id), run_input={"approved": False, "approver": "bob",
+                                                  "comment": "not now"})
+    state = run.result(120)
+    assert state.name == "NotApproved" and "bob: not now" in state.message
+    assert not _cordoned(v1, "gpu-1") and not _terminating(v1, "worker-0")
+
+
+FAILING = """\
+name: cordon-taint-then-fail
+parameters:
+  node: {type: node, required: true}
+steps:
+  - name: cordon
+    action: cordon-node
+    args: {node: "{{ node }}"}
+    undo: {action: uncordon-node, args: {node: "{{ node }}"}}
+  - name: taint
+    action: taint-node
+    args: {node: "{{ node }}", key: gpuops.io/quarantine, value: xid}
+    undo: {action: untaint-node, args: {node: "{{ node }}", key: gpuops.io/quarantine, value: xid}}
+  - name: empty
+    action: wait-until
+    args: {check: node-drained, args: {node: "{{ node }}"}, timeout: 1s, interval: 1s}
+  - name: never
+    action: cordon-node
+    args: {node: gpu-2}
+"""
+
+
+def test_a_failing_step_undoes_the_done_steps_last_first(cluster):
+    sim, v1, _ = cluster
+    state = _run(_flow("cordon-taint-then-fail", ("failing.yaml", FAILING)), node="gpu-1",
+                 **_blocks(sim))
+    assert state.is_failed()
+    assert "step empty: WaitTimedOut: node-drained did not hold within 1 s" in state.message
+    spec = v1.read_node("gpu-1").spec
+    assert not (spec and (spec.unschedulable or spec.taints))  # both undone
+    assert not _cordoned(v1, "gpu-2")  # the step after the failure never ran
+    artifact = asyncio.run(_artifact_of(state))
+    steps = artifact.split("## Steps", 1)[1]
+    rows = [line.split("|")[1].strip() for line in steps.splitlines()
+            if line.startswith("| ") and "`" in line]
+    assert rows == ["cordon", "taint", "empty", "undo-taint", "undo-cordon"]
+
+
+def test_a_precondition_that_does_not_hold_stops_the_run_before_any_step(cluster):
+    sim, v1, _ = cluster
+    _node(v1, "cpu-1", gpus=0)
+    state = _run(_flow("drain-gpu-node"), node="cpu-1", **_blocks(sim))
+    assert state.is_failed()
+    assert "precondition-failed: node-has-gpus: node cpu-1 has 0 allocatable GPU(s)" in \
+        state.message
+    assert not _cordoned(v1, "cpu-1")
+
+
+def test_a_later_step_of_a_real_run_reads_an_earlier_steps_output(cluster):
+    sim, v1, _ = cluster
+    text = """\
+name: cordon-then-report
+parameters: {node: {type: node, required: true}}
+steps:
+  - {name: cordon, action: cordon-node, args: {node: "{{ node }}"}}
+  - name: again
+    action: cordon-node
+    when: not steps.cordon.changed
+    args: {node: gpu-2}
+"""
+    flow = _flow("cordon-then-report", ("r.yaml", text))
+    assert _run(flow, node="gpu-1", **_blocks(sim)).is_completed()
+    assert _cordoned(v1, "gpu-1") and not _cordoned(v1, "gpu-2")  # changed: `again` skipped
+    assert _run(flow, node="gpu-1", **_blocks(sim)).is_completed()
+    assert _cordoned(v1, "gpu-2")  # already cordoned: not changed, so `again` ran
+
+
+def test_a_runbook_runs_another_with_its_parameters(cluster):
+    sim, v1, _ = cluster
+    outer = """\
+name: quarantine
+parameters: {node: {type: node, required: true}}
+steps:
+  - name: inner
+    action: run-runbook
+    args: {runbook: cordon-only, params: {node: "{{ node }}"}}
+"""
+    inner = """\
+name: cordon-only
+parameters: {node: {type: node, required: true}}
+steps:
+  - {name: cordon, action: cordon-node, args: {node: "{{ node }}"}}
+"""
+    flow = _flow("quarantine", ("o.yaml", outer), ("i.yaml", inner))
+    dry = _run(flow, node="gpu-1", dry_run=True, **_blocks(sim))
+    assert dry.name == "DryRun" and not _cordoned(v1, "gpu-1")
+    assert _run(flow, node="gpu-1", **_blocks(sim)).is_completed()
+    assert _cordoned(v1, "gpu-1")
+
+
+def test_bad_parameters_are_all_named_before_anything_runs():
+    runbook = load_runbooks().get("drain-gpu-node").runbook
+    with pytest.raises(ParametersInvalid) as caught:
+        bind_values(runbook, {"nod": "gpu-1", "wait": "3h", "min_free_gpus": "x"})
+    assert set(caught.value.problems) == {"nod", "node", "wait", "min_free_gpus"}
+    assert "'3h' is longer than the maximum 2h" in caught.value.problems["wait"]
+    assert bind_values(runbook, {"node": "gpu-1", "wait": "90s"})["wait"] == 90
+
+
+def test_the_ui_form_is_the_runbooks_declaration():
+    loaded = load_runbooks().get("drain-gpu-node")
+    schema = parameter_schema(runbook_flow(loaded).fn).model_dump()
+    props = schema["properties"]
+    assert schema["required"] == ["node"]
+    assert props["node"]["description"] == "The node to drain."
+    assert props["min_free_gpus"]["minimum"] == 0 and props["min_free_gpus"]["default"] == 0
+    assert props["channel"]["pattern"] == "^#[a-z0-9._-]+$"
+    assert props["dry_run"]["type"] == "boolean"
+
+
+def test_each_runbook_is_a_deployment_with_its_trigger(tmp_path: Path):
+    text = """\
+name: quarantine-on-xid
+parameters: {node: {type: node, required: true}}
+trigger:
+  event: gpuops.pod.restarted
+  match: {gpuops.cause: gpu-xid}
+  parameters: {node: "{{ event.resource['gpuops.node'] }}"}
+steps:
+  - {name: cordon, action: cordon-node, args: {node: "{{ node }}"}}
+"""
+    registry = load_texts([("q.yaml", text)])
+    (deployment,) = runbook_deployments(registry)
+    assert deployment.name == "runbook" and deployment.flow_name == "quarantine-on-xid"
+    (trigger,) = deployment.triggers
+    assert trigger.expect == {"gpuops.pod.restarted"}
+    assert trigger.parameters == {"node": "{{ event.resource['gpuops.node'] }}"}
+
+
+def test_every_declared_action_is_bound_but_the_node_pool_resize():
+    assert set(CATALOG) - set(load_bindings()) == {"scale-node-pool"}
+
+
+def test_flow_backed_actions_name_deployments_gpuops_serves():
+    served = served_deployment_names()
+    assert flow_bindings.REBALANCE in served and flow_bindings.ROLLBACK in served
