@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from .registry.namespaces import NamespaceStrategy
 from .registry.others import CustomResourceDefinitionStrategy, NodeStrategy, PriorityClassStrategy
 from .registry.pods import BindingStrategy, PodStrategy
+from .registry.services import ServiceStrategy
 from .registry.strategy import GENERIC, Strategy
 from .registry.workloads import (
     DaemonSetStrategy,
@@ -90,7 +91,8 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core("Namespace", "namespaces", namespaced=False, short=("ns",), sub=("status", "finalize"),
           strategy=NamespaceStrategy()),
     _core("Event", "events", short=("ev",), sub=()),
-    _core("Service", "services", short=("svc",), categories=ALL),
+    _core("Service", "services", short=("svc",), strategy=ServiceStrategy(),
+          categories=ALL),
     _core("ConfigMap", "configmaps", short=("cm",), sub=()),
     _core("Secret", "secrets", sub=()),
     _core("ServiceAccount", "serviceaccounts", short=("sa",), sub=()),
