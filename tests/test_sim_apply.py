@@ -183,3 +183,39 @@ def test_a_write_of_empty_managed_fields_forgets_every_owner(sim):
     with pytest.raises(ApiException) as err:
         apply(sim, config(replicas=3))
     assert '"before-first-apply" using apps/v1' in status_message(err.value)
+
+
+def test_a_custom_resources_keyed_list_merges_by_its_crds_list_map_keys(sim):
+    """Two managers apply one item each of a list its CRD declares a map keyed by name: each
+    owns its own item, and an item its applier stops applying goes, the other stays."""
+    client.ApiextensionsV1Api(sim.api).create_custom_resource_definition({
+        "metadata": {"name": "routes.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "routes", "singular": "route", "kind": "Route"},
+                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                     "openAPIV3Schema": {"type": "object", "properties": {"spec": {
+                         "type": "object", "properties": {"backends": {
+                             "type": "array", "x-kubernetes-list-type": "map",
+                             "x-kubernetes-list-map-keys": ["name"],
+                             "items": {"type": "object", "properties": {
+                                 "name": {"type": "string"},
+                                 "weight": {"type": "integer"}}}}}}}}}}]}})
+    custom = client.CustomObjectsApi(sim.api)
+
+    def route(*backends: tuple[str, int]) -> dict:
+        return {"apiVersion": "example.com/v1", "kind": "Route", "metadata": {"name": "r"},
+                "spec": {"backends": [{"name": n, "weight": w} for n, w in backends]}}
+
+    def apply_route(body: dict, manager: str) -> dict:
+        return custom.patch_namespaced_custom_object(
+            "example.com", "v1", NS, "routes", "r", body, field_manager=manager,
+            _content_type=APPLY)
+
+    apply_route(route(("v1", 100)), "platform")
+    merged = apply_route(route(("v2", 0)), "rollout")
+    assert merged["spec"]["backends"] == [{"name": "v1", "weight": 100},
+                                          {"name": "v2", "weight": 0}]
+    owners = {m["manager"]: m["fieldsV1"] for m in merged["metadata"]["managedFields"]}
+    assert list(owners["rollout"]["f:spec"]["f:backends"]) == ['k:{"name":"v2"}']
+    after = apply_route({**route(), "spec": {}}, "rollout")  # rollout stops applying v2
+    assert after["spec"]["backends"] == [{"name": "v1", "weight": 100}]

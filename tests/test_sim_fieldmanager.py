@@ -5,10 +5,11 @@ kube-apiserver's message, and the removal of what an applier stopped applying.""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
-from gpuops.simcluster.apiserver.fieldmanager import entries, fieldset, updater
+from gpuops.simcluster.apiserver.fieldmanager import entries, fieldset, lastapplied, updater
 from gpuops.simcluster.apiserver.fieldmanager.fieldset import FieldSet, field, key, value
 from gpuops.simcluster.apiserver.fieldmanager.schema import TypedError, Types
 from gpuops.simcluster.apiserver.fieldmanager.typed import compare, merge, to_set
@@ -250,3 +251,41 @@ def test_more_than_ten_updaters_fold_the_oldest_into_ancient_changes():
     names = [e["manager"] for e in entries.encode(managed) or []]
     assert len(names) == 10 and "ancient-changes" in names
     assert "creator" not in names and "tool-0" not in names and "tool-10" in names
+
+
+# --- from client-side apply -----------------------------------------------------------------
+
+def client_side_applied(config: dict) -> tuple[dict, entries.Managed]:
+    """An object as `kubectl apply` (client-side) leaves it: its annotation, and its fields
+    owned by the updater kubectl-client-side-apply."""
+    live = copy.deepcopy(config)
+    live["metadata"]["annotations"] = {lastapplied.ANNOTATION: json.dumps(config)}
+    managed = updater.update(DEPLOY, updater.empty_like(live), live, entries.Managed(),
+                             "kubectl-client-side-apply", api_version="apps/v1", now=NOW,
+                             creating=True)
+    return live, managed
+
+
+def test_kubectl_may_take_the_fields_its_client_side_apply_set_and_left_unchanged():
+    live, managed = client_side_applied(deployment())
+    new, after = lastapplied.apply(DEPLOY, live, deployment(replicas=3), managed, "kubectl",
+                                   api_version="apps/v1", force=False, now=LATER)
+    assert new is not None and new["spec"]["replicas"] == 3
+    assert "f:replicas" in fields_of(after, "kubectl")["f:spec"]
+    # The annotation now records what was applied server-side.
+    recorded = json.loads(new["metadata"]["annotations"][lastapplied.ANNOTATION])
+    assert recorded["spec"]["replicas"] == 3
+
+
+def test_another_manager_or_a_field_changed_since_still_conflicts():
+    live, managed = client_side_applied(deployment())
+    with pytest.raises(updater.Conflicts):
+        lastapplied.apply(DEPLOY, live, deployment(replicas=3), managed, "ci",
+                          api_version="apps/v1", force=False, now=LATER)
+    edited = copy.deepcopy(live)
+    edited["spec"]["replicas"] = 7  # changed by hand after the client-side apply
+    managed = updater.update(DEPLOY, live, edited, managed, "kubectl-client-side-apply",
+                             api_version="apps/v1", now=LATER)
+    with pytest.raises(updater.Conflicts, match=r"\.spec\.replicas"):
+        lastapplied.apply(DEPLOY, edited, deployment(replicas=3), managed, "kubectl",
+                          api_version="apps/v1", force=False, now=LATER)

@@ -118,3 +118,31 @@ def test_apply_server_side_with_dry_run_server_stores_nothing(sim, kubectl, tmp_
     assert out.strip() == "deployment.apps/web serverside-applied (server dry run)"
     done = kubectl.run(sim, "get", "deployment", "web")
     assert done.returncode == 1 and "NotFound" in done.stderr
+
+
+SETTINGS = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data: {data}
+"""
+
+
+def test_a_manifest_applied_client_side_moves_to_server_side_apply_and_back(
+        sim, kubectl, tmp_path):
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text(SETTINGS.format(data="{level: info, old: x}"))
+    second.write_text(SETTINGS.format(data="{level: debug}"))
+
+    def data() -> dict:
+        return json.loads(kubectl(sim, "get", "configmap", "settings", "-o", "json"))["data"]
+
+    kubectl(sim, "apply", "-f", str(first))
+    # The changed value is no conflict with kubectl's own client-side apply, and the key the
+    # manifest dropped goes.
+    out = kubectl(sim, "apply", "--server-side", "-f", str(second))
+    assert out.strip() == "configmap/settings serverside-applied"
+    assert data() == {"level": "debug"}
+    assert kubectl(sim, "apply", "-f", str(first)).strip() == "configmap/settings configured"
+    assert data() == {"level": "info", "old": "x"}

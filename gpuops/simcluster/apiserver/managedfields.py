@@ -22,7 +22,7 @@ from aiohttp import web
 from ..core import errors
 from ..core.clock import VirtualClock, rfc3339
 from ..core.resources import ResourceType
-from .fieldmanager import entries, updater
+from .fieldmanager import entries, lastapplied, updater
 from .fieldmanager.fieldset import FieldSet, field
 from .fieldmanager.schema import TypedError, Types
 from .fieldmanager.typed import same
@@ -145,7 +145,7 @@ class FieldManager:
         types = self.types(rt)
         start = _untracked(live) if live is not None else updater.empty_like(config)
         try:
-            merged, managed = updater.apply(
+            merged, managed = lastapplied.apply(
                 types, start, config, managed, manager, api_version=rt.api_version,
                 subresource=subresource or "", force=force,
                 reset=_reset(rt, config, subresource), now=self._now())
