@@ -33,7 +33,11 @@ these versions are rolled out:
 Each with three gate sets on the same seeded requests: `gpuops` (the default gates, relative
 to the old version, `min_requests`), `unmatched_loads` (the same without the load matching of
 `Analysis.load_match`: the gates before it), `fixed_threshold` (an Argo/Flagger-style gate:
-TTFT p90 <= `slo_ttft_p90_s` and error ratio <= 1 %, absolute, no baseline, no minimum count).
+TTFT p90 <= `slo_ttft_p90_s` and error ratio <= 1 %, absolute, no baseline, no minimum count),
+and `baseline_pool_what_if`, a design gpuops does not have: Kayenta's baseline, a fresh copy of
+the old version as large as the new one, started and warmed with it and given the same weight,
+so the default gates compare two pools equally busy at every step (1 % included) — at the
+price of that copy's GPUs; from 50 % on, the new one is compared with the old pool as usual.
 
 Figures (medians over seeds; simulated seconds):
 - `good_time_to_full_s`: new replicas Ready -> 100 % (warm-up included), per mode;
@@ -76,7 +80,7 @@ VERSIONS = ("good", "good_no_spare_gpus", "bad", "slow", "bad_under_load",
             "bad_under_load_no_spare_gpus")
 GOOD = ("good", "good_no_spare_gpus")
 FIXED_CAPACITY = ("good_no_spare_gpus", "bad_under_load_no_spare_gpus")
-GATE_SETS = ("gpuops", "unmatched_loads", "fixed_threshold")
+GATE_SETS = ("gpuops", "unmatched_loads", "fixed_threshold", "baseline_pool_what_if")
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ class Course:
     def __init__(self, stack: ServingStack, scenario: Scenario, analysis: Analysis,
                  new_degradations: tuple[Degradation, ...],
                  before: tuple[Snapshot, Snapshot] | None = None,
-                 judge_full: bool = True) -> None:
+                 judge_full: bool = True, baseline_pool: bool = False) -> None:
         self.stack = stack
         self.scenario = scenario
         self.timing = scenario.timing
@@ -146,6 +150,7 @@ class Course:
         self.before = before  # the old pool's window before the rollout (its own history)
         self.judge_full = judge_full
         self.full_at: float | None = None  # when 100 % was set
+        self.baseline_pool = baseline_pool
 
     def warm_up(self, deadline: float) -> str | None:
         """Batches until the new replicas' TTFT stops falling; why not, or None."""
@@ -155,7 +160,7 @@ class Course:
             return None
         while True:
             batches = []
-            for r in self.stack.pools["new"].replicas:
+            for r in self.stack.pools["new"].replicas + self.stack.pools["baseline"].replicas:
                 failed, ttft = self.stack.warm_up_batch(r, n)
                 batches.append(Batch(r.name, n, failed, ttft))
             if any(b.failed * 2 > b.sent for b in batches):
@@ -171,6 +176,9 @@ class Course:
         if self.first_traffic is None and weight > 0:
             self.first_traffic = self.stack.snapshot()
         self.stack.weight = weight
+        # the what-if baseline takes as much as the new pool while the old keeps the most
+        has_baseline = bool(self.stack.pools["baseline"].replicas)
+        self.stack.baseline_weight = weight if has_baseline and weight < 50 else 0
 
     def judge_step(self, baseline: tuple[Snapshot, Snapshot] | None = None) -> Verdict:
         """The step's window, extended while it WAITs, as `Course.analyse` does; against
@@ -182,8 +190,11 @@ class Course:
         while True:
             end = self.stack.snapshot()
             old_start, old_end = baseline or (start["old"], end["old"])
+            against = "baseline" if self.stack.baseline_weight else "old"
+            if against == "baseline":
+                old_start, old_end = start["baseline"], end["baseline"]
             verdict = judge(self.analysis, self.stack.window("new", start["new"], end["new"]),
-                            self.stack.window("old", old_start, old_end))
+                            self.stack.window(against, old_start, old_end))
             if verdict.status is not Status.WAIT or \
                     self.stack.t - began + self.timing.poll_s > self.timing.step_timeout_s:
                 self.verdicts.append(verdict)
@@ -194,7 +205,7 @@ class Course:
         if self.first_traffic is None:
             return 0.0
         served = self.stack.requests(self.first_traffic, self.stack.snapshot())
-        total = served["old"] + served["new"]
+        total = sum(served.values())
         return 100.0 * served["new"] / total if total else 0.0
 
     def outcome(self, started: float, failed_at: int | None, reason: str) -> Outcome:
@@ -208,6 +219,8 @@ class Course:
         s = self.scenario
         started = self.stack.t
         self.stack.add("new", "new", s.replicas, self.bad)
+        if self.baseline_pool:
+            self.stack.add("baseline", "old", s.replicas)
         why = self.warm_up(started + self.timing.ready_timeout_s)
         if why:
             return self.outcome(started, 0, why)
@@ -266,7 +279,8 @@ def roll_out(scenario: Scenario, version: str, gate_set: str, seed: int) -> Outc
     stack.advance(scenario.timing.window_s)  # the old version serving before the rollout
     history = (before, stack.pools["old"].snapshot(stack.t))
     course = Course(stack, scenario, analysis_for(gate_set, scenario), bad, history,
-                    judge_full=gate_set != "unmatched_loads")
+                    judge_full=gate_set != "unmatched_loads",
+                    baseline_pool=gate_set == "baseline_pool_what_if")
     return course.fixed_capacity() if version in FIXED_CAPACITY else course.blue_green()
 
 

@@ -184,8 +184,9 @@ class ServingStack:
         self.demand = demand
         self.t = start
         self.profile = profile
-        self.pools = {"old": Pool("old"), "new": Pool("new")}
+        self.pools = {"old": Pool("old"), "new": Pool("new"), "baseline": Pool("baseline")}
         self.weight = 0  # the new pool's %
+        self.baseline_weight = 0  # a fresh copy of the old version's % (what-if only)
         self.made: dict[str, int] = {}
 
     def add(self, pool: str, version: str, n: int, degradations: tuple[Degradation, ...] = (),
@@ -211,7 +212,8 @@ class ServingStack:
             h = min(TICK_S, end - self.t)
             mid = self.t + h / 2
             rps = self.demand.rps(mid)
-            shares = {"old": (100 - self.weight) / 100, "new": self.weight / 100}
+            shares = {"old": (100 - self.weight - self.baseline_weight) / 100,
+                      "new": self.weight / 100, "baseline": self.baseline_weight / 100}
             for key, pool in self.pools.items():
                 if not pool.replicas:
                     continue
