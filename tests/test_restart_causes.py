@@ -1,0 +1,62 @@
+"""The restart classifier on the realistic corpus (tests/data/restart_cases), and its bench."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpuops.bench import restart_causes
+from gpuops.bench.restart_corpus import load_corpus, parse_cases
+from gpuops.common.errors import ConfigError
+from gpuops.tasks.restarts.rules import default_rules
+
+CORPUS = load_corpus()
+
+
+def test_the_corpus_is_large_sourced_and_has_a_held_out_part():
+    assert len(CORPUS) >= 80
+    assert sum(c.holdout for c in CORPUS) >= 20
+    assert all(c.source.startswith("https://") for c in CORPUS)
+    # every held-out case lives in holdout.yaml, so it can be kept out of tuning by file
+    assert {c.file for c in CORPUS if c.holdout} == {"holdout.yaml"}
+    assert all(c.holdout for c in CORPUS if c.file == "holdout.yaml")
+
+
+def test_the_corpus_covers_every_cause_the_rules_name_gpu_and_not():
+    expected = {c.expect for c in CORPUS}
+    assert set(default_rules().causes()) <= expected
+    for cause in expected:
+        assert sum(c.expect == cause for c in CORPUS) >= 2, cause
+
+
+def test_a_case_keeps_its_evidence_in_the_classifiers_input_shape():
+    case = next(c for c in CORPUS if c.id == "liveness-kill-long-after-handled-cuda-oom")
+    log = case.evidence.previous_log.splitlines()
+    assert len(log) == 127 and log[-1].endswith("request queue is full (512 waiting)")
+    term = case.evidence.termination()
+    assert term is not None and term.exit_code == 143
+    assert term.finished_at is not None and term.finished_at.isoformat().startswith("2025-06-01T10:00")
+
+
+def test_a_bad_case_names_its_file_case_and_field():
+    text = ("cases:\n  - id: broken\n    expect: app-error\n    source: https://example.com/x\n"
+            "    evidence:\n      restart_count: -1\n")
+    with pytest.raises(ConfigError) as e:
+        parse_cases(text, source="bad.yaml")
+    assert "bad.yaml" in str(e.value) and "broken" in str(e.value)
+    assert "restart_count" in str(e.value)
+    with pytest.raises(ConfigError, match="source"):
+        parse_cases("cases:\n  - {id: x, expect: app-error, source: not-a-url}\n", source="b.yaml")
+
+
+def test_bench_prints_the_figures_as_one_json_line(capsys):
+    result = restart_causes.main(json_output=True)
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed == result
+    assert printed["cases"] == len(CORPUS)
+    assert printed["holdout_cases"] == sum(c.holdout for c in CORPUS)
+    assert {"accuracy_pct", "by_class", "confusion", "holdout_accuracy_pct"} <= set(printed)
+    assert sum(c["cases"] for c in printed["by_class"].values()) == len(CORPUS)
+    wrong = sum(pair["count"] for pair in printed["confusion"])
+    assert wrong == printed["cases"] - printed["correct"]
