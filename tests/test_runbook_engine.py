@@ -215,6 +215,30 @@ def test_a_no_stops_the_run_before_anything_changes(cluster, slack_fake):
     assert not _cordoned(v1, "gpu-1") and not _terminating(v1, "worker-0")
 
 
+def test_a_plan_that_drifted_while_waiting_for_approval_voids_it(cluster, slack_fake):
+    sim, v1, _ = cluster
+    blocks = _blocks(sim, slack_fake)
+    flow = _flow("drain-gpu-node")
+
+    class Run(helpers.FlowThread):
+        def run_flow(self, **params: Any) -> Any:
+            return _run(flow, **params)
+
+    run = Run(node="gpu-1", **blocks)
+    request = wait_for(lambda: next((m for m in slack_fake.messages()
+                                     if "Approval needed" in json.dumps(m.get("blocks"))),
+                                    None), timeout=60, message="the approval request")
+    run_id = json.loads(next(e["value"] for b in request["blocks"] if b["type"] == "actions"
+                             for e in b["elements"]))["flow_run_id"]
+    wait_for(lambda: asyncio.run(_paused(run_id)), timeout=60, message="the pause")
+    _pod(v1, "late-0", "gpu-1")  # the drain would now evict a pod the approver never saw
+    resume_flow_run(uuid.UUID(run_id), run_input={"approved": True, "approver": "alice"})
+    state = run.result(120)
+    assert state.name == "PlanChanged", state.message
+    assert "now also: evict pod default/late-0 from node gpu-1" in state.message
+    assert not _cordoned(v1, "gpu-1") and not _terminating(v1, "worker-0")
+
+
 FAILING = """\
 name: cordon-taint-then-fail
 parameters:

@@ -235,3 +235,13 @@ def test_every_action_declares_argument_and_output_models():
     for name, spec in CATALOG.items():
         assert issubclass(spec.args, BaseModel) and issubclass(spec.output, BaseModel), name
         assert spec.args.model_config.get("extra") == "forbid", name
+
+
+def test_runbooks_bench_reports_every_figure(capsys):
+    from gpuops.bench import runbooks as bench
+
+    bench.main(json_output=True, count=5, malformed=20, seed=3)
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"validate_ms_per_runbook", "located_error_pct", "right_line_pct", "tracebacks",
+            "missed", "valid_accepted_pct"} <= set(figures)
+    assert figures["valid_accepted_pct"] == 100.0 and figures["tracebacks"] == 0

@@ -233,9 +233,10 @@ class _Checker:
         accepted = list(spec.args.model_fields)
         for problem_e in error.errors():
             first = problem_e["loc"][0] if problem_e["loc"] else None
-            if first in args and is_template(args[first]) and first not in typed_by:
-                continue  # checked once rendered
             kind = problem_e["type"]
+            if kind != "extra_forbidden" and first in args and is_template(args[first]) \
+                    and first not in typed_by:
+                continue  # its type is checked once rendered; its name is checked now
             if kind == "extra_forbidden":
                 message = unknown_key_message(str(first), accepted, "argument",
                                               f" for action {spec.name!r}")

@@ -44,6 +44,22 @@ def document_loc(data: Any, loc: Iterable[str | int], *, missing: bool = False) 
     return tuple(out)
 
 
+def _close_key(data: Any, loc: Loc, wanted: str) -> str | None:
+    """A key of the mapping at `loc` that looks like a misspelt `wanted`."""
+    node = data
+    for part in loc:
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            return None
+    if not isinstance(node, dict):
+        return None
+    close = difflib.get_close_matches(wanted, [str(k) for k in node], n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def allowed_keys(model: type[BaseModel], loc: Iterable[str | int]) -> list[str] | None:
     """The keys the model allows at the mapping `loc` ends in (None when not a model)."""
     current: Any = model
@@ -113,6 +129,13 @@ def problems_from(error: ValidationError, tree: YamlTree, model: type[BaseModel]
         loc = document_loc(data, raw_loc, missing=e["type"] == "missing")
         message = _message(e, raw_loc, loc, model, what)
         at = (*prefix, *loc)
+        if e["type"] == "union_tag_not_found":
+            misspelt = _close_key(data, loc, "type")
+            if misspelt is not None:  # `tpe: node`: the typo is what to fix
+                at = (*at, misspelt)
+                problems.setdefault(at, tree.problem(
+                    at, dotted(at), unknown_key_message(misspelt, ["type"]), value=False))
+                continue
         if e["type"] == "union_tag_invalid":
             at = (*at, "type")
         elif e["type"] == "missing" and loc:

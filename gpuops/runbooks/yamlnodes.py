@@ -132,6 +132,9 @@ def parse(text: str, source: str) -> YamlTree:
         line = mark.line + 1 if mark else None
         column = mark.column + 1 if mark else None
         message = "not valid YAML: " + (e.problem or "syntax error")
+        if line and any(word in (e.problem or "") for word in ("expected key", "block end")):
+            line, column = _misindented(lines, line, column)
+            message += " (check this line's indentation against its neighbours')"
         if "expected a single document" in str(e.problem):
             message = "one runbook per file: a second YAML document starts here"
         text_line = lines[line - 1].rstrip() if line and 0 < line <= len(lines) else ""
@@ -149,6 +152,25 @@ def parse(text: str, source: str) -> YamlTree:
         finally:
             constructor.dispose()
     return tree
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip(" "))
+
+
+def _misindented(lines: Sequence[str], line: int, column: int | None) -> tuple[int, int | None]:
+    """Where an indentation mistake most likely is. The parser notices it on the line after
+    a block's first line when the two disagree: of the two, the one whose indentation is
+    not a multiple of the file's step (its smallest indentation) is taken as the mistake."""
+    above = next((n for n in range(line - 1, 0, -1) if lines[n - 1].strip()), None)
+    if above is None or line > len(lines):
+        return line, column
+    step = min((_indent(t) for t in lines if t.strip() and _indent(t)), default=2)
+    odd_here = _indent(lines[line - 1]) % step != 0
+    odd_above = _indent(lines[above - 1]) % step != 0
+    if odd_above and not odd_here:
+        return above, _indent(lines[above - 1]) + 1
+    return line, column
 
 
 def _mark(node: yaml.Node) -> Position:
