@@ -45,7 +45,7 @@ class PE(NamedTuple):
 Path = tuple[PE, ...]
 
 
-def value_sort(v: Any) -> tuple:
+def value_sort(v: Any) -> tuple[Any, ...]:
     """structured-merge-diff's total order of values."""
     if isinstance(v, bool):
         return (2, v)

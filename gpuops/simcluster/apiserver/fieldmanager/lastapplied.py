@@ -20,12 +20,14 @@ from .fieldset import FieldSet
 from .schema import TypedError, Types
 from .typed import compare, to_set
 
+Obj = dict[str, Any]
+
 ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
 KUBECTL = "kubectl"
 
 
-def apply(types: Types, live: dict, config: dict, managed: Managed, manager: str, *,
-          api_version: str, force: bool, **options: Any) -> tuple[dict | None, Managed]:
+def apply(types: Types, live: Obj, config: Obj, managed: Managed, manager: str, *,
+          api_version: str, force: bool, **options: Any) -> tuple[Obj | None, Managed]:
     """`updater.apply`, with kubectl's conflicts on fields its client-side apply set (and
     left as set) allowed, and its annotation kept up to date."""
     try:
@@ -46,7 +48,7 @@ def apply(types: Types, live: dict, config: dict, managed: Managed, manager: str
     return new, managed
 
 
-def _allowed(types: Types, live: dict, api_version: str) -> FieldSet | None:
+def _allowed(types: Types, live: Obj, api_version: str) -> FieldSet | None:
     """The fields the recorded client-side configuration set to what they still are."""
     text = ((live.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION)
     if not text:
@@ -62,7 +64,7 @@ def _allowed(types: Types, live: dict, api_version: str) -> FieldSet | None:
     return owned.difference(c.modified).difference(c.added).difference(c.removed)
 
 
-def _with_last_applied(obj: dict, config: dict) -> dict:
+def _with_last_applied(obj: Obj, config: Obj) -> Obj:
     recorded = json.loads(json.dumps(config))
     notes = (recorded.get("metadata") or {}).get("annotations")
     if isinstance(notes, dict):

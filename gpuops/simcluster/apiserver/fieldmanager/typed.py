@@ -14,6 +14,8 @@ from typing import Any
 from .fieldset import PE, FieldSet, Path, field, path_string
 from .schema import Atom, Schema, TypedError, Types
 
+Obj = dict[str, Any]
+
 
 class _Missing:
     def __repr__(self) -> str:
@@ -90,7 +92,7 @@ def _to_set(t: Types, schema: Schema | None, v: Any, path: Path, out: FieldSet,
             out.insert(p)
 
 
-def _elements(t: Types, a: Atom, items: list, path: Path, errors: list[str]) -> list[PE]:
+def _elements(t: Types, a: Atom, items: list[Any], path: Path, errors: list[str]) -> list[PE]:
     try:
         return [t.item_element(a, item) for item in items]
     except TypedError as e:
@@ -154,9 +156,9 @@ def _value(v: Any) -> Any:
     return None if v is MISSING else v
 
 
-def _compare_lists(t: Types, a: Atom, lhs: list, rhs: list, path: Path, c: Comparison) -> None:
-    left: dict[PE, list] = {}
-    right: dict[PE, list] = {}
+def _compare_lists(t: Types, a: Atom, lhs: list[Any], rhs: list[Any], path: Path, c: Comparison) -> None:
+    left: dict[PE, list[Any]] = {}
+    right: dict[PE, list[Any]] = {}
     for items, index in ((lhs, left), (rhs, right)):
         for pe, item in zip(_elements(t, a, items, path, []), items, strict=True):
             index.setdefault(pe, []).append(item)
@@ -206,7 +208,7 @@ def _merge(t: Types, schema: Schema | None, lhs: Any, rhs: Any) -> Any:
             for k in {**lhs, **rhs}}
 
 
-def _merge_lists(t: Types, a: Atom, lhs: list, rhs: list) -> list:
+def _merge_lists(t: Types, a: Atom, lhs: list[Any], rhs: list[Any]) -> list[Any]:
     rpes = _elements(t, a, rhs, (), [])
     lpes = _elements(t, a, lhs, (), [])
     right = dict(zip(rpes, rhs, strict=True))
@@ -216,7 +218,7 @@ def _merge_lists(t: Types, a: Atom, lhs: list, rhs: list) -> list:
     shared = iter([pe for pe in rpes if pe in left])
     next_shared = next(shared, None)
     merged: set[PE] = set()
-    out: list = []
+    out: list[Any] = []
     li = ri = 0
     # structured-merge-diff's walk: shared items in the configuration's order, the live
     # list's own items kept where they stood among them.

@@ -23,6 +23,8 @@ from .fieldset import FieldSet, Path, field
 from .schema import Types
 from .typed import MISSING, Comparison, compare, merge, remove, same, to_set, with_named_fields
 
+Obj = dict[str, Any]
+
 MAX_UPDATE_MANAGERS = 10
 _CURRENT = ManagerId("current-operation", UPDATE)
 _STRIPPED = FieldSet.of(
@@ -63,10 +65,10 @@ class Conflicts(Exception):
                  "field": fieldset.path_string(c.path)} for c in self.conflicts]
 
 
-def empty_like(obj: dict[str, Any]) -> dict[str, Any]:
+def empty_like(obj: Obj) -> Obj:
     """The object a create starts from: kube's empty Go object, whose struct (not pointer)
     fields are there, empty (so a create owns `spec.replicas`, not `spec` itself)."""
-    out: dict[str, Any] = {"metadata": {}}
+    out: Obj = {"metadata": {}}
     spec = obj.get("spec")
     if isinstance(spec, dict):
         out["spec"] = {"containers": None} if "containers" in spec else {}
@@ -77,7 +79,7 @@ def empty_like(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def update(types: Types, live: dict, new: dict, managed: Managed, manager: str, *,
+def update(types: Types, live: Obj, new: Obj, managed: Managed, manager: str, *,
            api_version: str, subresource: str = "", reset: FieldSet | None = None,
            now: str, creating: bool = False) -> Managed:
     """Ownership after a write of `new` over `live` (both without managedFields) by
@@ -100,9 +102,9 @@ def update(types: Types, live: dict, new: dict, managed: Managed, manager: str, 
     return _cap(Managed(fields, {k: v for k, v in times.items() if k in fields}))
 
 
-def apply(types: Types, live: dict, config: dict, managed: Managed, manager: str, *,
+def apply(types: Types, live: Obj, config: Obj, managed: Managed, manager: str, *,
           api_version: str, subresource: str = "", force: bool = False,
-          reset: FieldSet | None = None, now: str) -> tuple[dict | None, Managed]:
+          reset: FieldSet | None = None, now: str) -> tuple[Obj | None, Managed]:
     """(the object after applying `config` to `live`, or None when it would not change;
     the ownership after it). Conflicts when it would change others' fields, unless `force`.
     `live` is `empty_like(config)` for an object that does not exist yet."""
@@ -161,8 +163,8 @@ def _update(types: Types, old: Any, new: Any, fields: dict[ManagerId, Owned], me
     return out, c
 
 
-def _prune(types: Types, merged: dict, fields: dict[ManagerId, Owned],
-           last: Owned | None) -> dict:
+def _prune(types: Types, merged: Obj, fields: dict[ManagerId, Owned],
+           last: Owned | None) -> Obj:
     """`merged` without what the applier applied last time and no more, unless some manager
     (the applier included) still owns it (structured-merge-diff's prune, add back owned
     items, add back dangling items)."""
@@ -180,8 +182,9 @@ def _prune(types: Types, merged: dict, fields: dict[ManagerId, Owned],
     merged_set = named(to_set(types, merged))
     pruned = remove(types, merged, merged_set.difference(
         named(to_set(types, pruned)).union(named(owned))))
-    return remove(types, merged, merged_set.difference(
+    kept: Obj = remove(types, merged, merged_set.difference(
         named(to_set(types, pruned))).intersection(was))
+    return kept
 
 
 def _cap(managed: Managed) -> Managed:
