@@ -14,6 +14,7 @@ controllers write to the store directly and leave managedFields as they are.
 from __future__ import annotations
 
 import copy
+import logging
 import unicodedata
 from typing import Any
 
@@ -29,6 +30,7 @@ from .fieldmanager.typed import same
 from .openapi.serve import OpenApi
 
 Obj = dict[str, Any]
+log = logging.getLogger("gpuops.simcluster.apiserver")
 MAX_MANAGER_LENGTH = 128
 APPLY_PATCH = "application/apply-patch+yaml"
 
@@ -114,6 +116,11 @@ class FieldManager:
                 subresource=subresource or "", reset=_reset(rt, new, subresource),
                 now=self._now(), creating=live is None)
         except TypedError:
+            return _with_entries(new, live_entries)
+        except Exception:  # kube's UpdateNoErrors: a write never fails on field tracking
+            log.exception("[SHOULD NOT HAPPEN] failed to update managedFields of %s %s/%s "
+                          "(the live object's kept)", rt.kind, meta.get("namespace", ""),
+                          meta.get("name", ""))
             return _with_entries(new, live_entries)
         unchanged = live is not None and same(_bare(new), _bare(live))
         return _with_entries(new, entries.encode(managed), live_entries if unchanged else None)
