@@ -14,7 +14,8 @@ One run:
 4. rolls out (`tasks/rollout/run.py`): new objects, Ready and warm, each step's weights
    through `perform()` with the record on the route, an analysis window per step, approval
    before 100 % (or every step), rollback on a failed gate, a timeout or a "no";
-5. publishes the timeline of steps with each gate's numbers, however it ended.
+5. publishes the timeline of steps with each gate's numbers and a chart of both versions'
+   TTFT, inter-token latency and error ratio over the rollout, however it ended.
 """
 
 from __future__ import annotations

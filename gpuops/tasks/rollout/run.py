@@ -4,11 +4,16 @@ Blue-green:
 1. record the rollout on the route (phase `preparing`), then create the new version's
    endpoint picker, InferencePool and Deployment (`derive`);
 2. wait until every new replica is Ready and warm (`warmup`);
-3. for each step: approval if asked for, the weights through `perform()` with the record in
-   the same patch, then an analysis window judged against the old version over the same time
-   (`gates.judge`); WAIT extends the window until `step_timeout_s`, which then fails the step;
-4. at 100 % the old version is kept warm for `keep_old_s`, then scaled to 0 (or deleted);
-   the record ends.
+3. for each step (the spec's, plus one where both pools' replicas are about as busy when it
+   has none: `gates.with_comparable_step`): approval if asked for, the weights through
+   `perform()` with the record in the same patch, then an analysis window judged against the
+   old version over the same time (`gates.judge`); WAIT extends the window until
+   `step_timeout_s`, which then fails the step. 100 % is taken only once every latency gate
+   passed at comparable loads (`gates.unproven`);
+4. at 100 %, the old version still warm, one more window: the new version judged against the
+   old one's own past before the first step, when its replicas were as busy as the new ones
+   are now (a version bad only under load shows here first); then the old version is kept
+   warm for `keep_old_s`, then scaled to 0 (or deleted); the record ends.
 
 Fixed-capacity (no spare GPUs): stages of k replicas: the old Deployment shrinks by k, once its
 pods are gone the new one grows by k, and when those are Ready and warm the weights follow the
