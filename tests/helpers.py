@@ -9,9 +9,13 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.05,
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
              message: str = "condition") -> T:
-    """Poll until `predicate()` is truthy; return its value or fail naming what was awaited."""
+    """Poll until `predicate()` is truthy; return its value or fail naming what was awaited.
+
+    The default is generous: on two loaded cores (four test workers, each with its servers)
+    what takes a second alone took over 10 s (moto creating a node group), and a wait that
+    is met returns at once, so only a failing test waits it out."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
