@@ -219,3 +219,20 @@ def test_a_custom_resources_keyed_list_merges_by_its_crds_list_map_keys(sim):
     assert list(owners["rollout"]["f:spec"]["f:backends"]) == ['k:{"name":"v2"}']
     after = apply_route({**route(), "spec": {}}, "rollout")  # rollout stops applying v2
     assert after["spec"]["backends"] == [{"name": "v1", "weight": 100}]
+
+
+def test_an_apply_naming_an_old_resource_version_is_a_conflict(sim):
+    core = client.CoreV1Api(sim.api)
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+            "data": {"level": "info"}}
+    made = core.patch_namespaced_config_map("settings", NS, body, field_manager="ci",
+                                            _content_type=APPLY)
+    core.patch_namespaced_config_map("settings", NS, {"data": {"level": "warn"}})
+    stale = {**body, "metadata": {"name": "settings",
+                                  "resourceVersion": made.metadata.resource_version}}
+    with pytest.raises(ApiException) as err:
+        core.patch_namespaced_config_map("settings", NS, stale, field_manager="ci",
+                                         force=True, _content_type=APPLY)
+    assert err.value.status == 409
+    assert "the object has been modified" in status_message(err.value)
+    assert core.read_namespaced_config_map("settings", NS).data == {"level": "warn"}

@@ -240,7 +240,7 @@ def test_an_update_owns_what_it_changes_and_nobody_owns_what_it_removes():
 def test_more_than_ten_updaters_fold_the_oldest_into_ancient_changes():
     live = deployment()
     managed = updater.update(DEPLOY, updater.empty_like(live), live, entries.Managed(),
-                             "creator", api_version="apps/v1", now=NOW, creating=True)
+                             "creator", api_version="apps/v1", now=NOW, start_tracking=True)
     for i in range(11):
         new = copy.deepcopy(live)
         new["metadata"]["annotations"] = {**live["metadata"].get("annotations", {}),
@@ -262,7 +262,7 @@ def client_side_applied(config: dict) -> tuple[dict, entries.Managed]:
     live["metadata"]["annotations"] = {lastapplied.ANNOTATION: json.dumps(config)}
     managed = updater.update(DEPLOY, updater.empty_like(live), live, entries.Managed(),
                              "kubectl-client-side-apply", api_version="apps/v1", now=NOW,
-                             creating=True)
+                             start_tracking=True)
     return live, managed
 
 

@@ -146,3 +146,34 @@ def test_a_manifest_applied_client_side_moves_to_server_side_apply_and_back(
     assert data() == {"level": "debug"}
     assert kubectl(sim, "apply", "-f", str(first)).strip() == "configmap/settings configured"
     assert data() == {"level": "info", "old": "x"}
+
+
+POOL_SCENARIO = """\
+cluster: {name: sim}
+namespaces: [default]
+pools:
+  - name: cpu
+    instanceType: m6i.4xlarge
+    cpu: 16
+    memory: 64Gi
+    minSize: 1
+    maxSize: 1
+    desiredSize: 1
+    backing: none
+"""
+
+
+def test_a_cordon_of_a_node_the_cluster_made_is_recorded_in_its_managed_fields(
+        sim_factory, kubectl, tmp_path):
+    scenario = tmp_path / "pool.yaml"
+    scenario.write_text(POOL_SCENARIO)
+    sim = sim_factory(str(scenario))
+    [node] = json.loads(kubectl(sim, "get", "nodes", "-o", "json"))["items"]
+    name = node["metadata"]["name"]
+    kubectl(sim, "cordon", name)
+    shown = yaml.safe_load(kubectl(sim, "get", "node", name, "-o", "yaml",
+                                   "--show-managed-fields"))
+    # (cordon names no field manager: kube records the User-Agent's product, as here)
+    assert [(e["manager"], e["operation"], e["fieldsV1"])
+            for e in shown["metadata"]["managedFields"]] == [
+        ("kubectl", "Update", {"f:spec": {"f:unschedulable": {}}})]

@@ -8,7 +8,10 @@ errors: 422 on bad options, 409 with a cause per field on an apply conflict, 500
 configuration that does not fit its schema (kube's typed conversion error). A write whose
 objects do not fit their schema keeps the live object's managedFields, as kube's
 `UpdateNoErrors` does. Only what comes through the API is tracked: simcluster's own
-controllers write to the store directly and leave managedFields as they are.
+components (node pools, controllers, the kubelet) write to the store directly and leave
+managedFields as they are. Where kube's would have been tracked from their first write, an
+object they made is tracked from its first write through the API (kube itself leaves an
+untracked object so until an apply), so `kubectl cordon` of a node a pool made is recorded.
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ class FieldManager:
             managed = updater.update(
                 types, before, _untracked(new), managed, manager, api_version=rt.api_version,
                 subresource=subresource or "", reset=_reset(rt, new, subresource),
-                now=self._now(), creating=live is None)
+                now=self._now(), start_tracking=True)
         except TypedError:
             return _with_entries(new, live_entries)
         except Exception:  # kube's UpdateNoErrors: a write never fails on field tracking

@@ -81,10 +81,10 @@ def empty_like(obj: Obj) -> Obj:
 
 def update(types: Types, live: Obj, new: Obj, managed: Managed, manager: str, *,
            api_version: str, subresource: str = "", reset: FieldSet | None = None,
-           now: str, creating: bool = False) -> Managed:
+           now: str, start_tracking: bool = False) -> Managed:
     """Ownership after a write of `new` over `live` (both without managedFields) by
-    `manager`. An object nobody tracks stays untracked unless it is being created."""
-    if not managed.fields and not creating:
+    `manager`. An object nobody tracks stays untracked unless `start_tracking` (a create)."""
+    if not managed.fields and not start_tracking:
         return managed
     reset = reset or FieldSet()
     me = ManagerId(manager or "unknown", UPDATE, api_version, subresource)
@@ -111,7 +111,7 @@ def apply(types: Types, live: Obj, config: Obj, managed: Managed, manager: str, 
     reset = reset or FieldSet()
     if not managed.fields:
         managed = update(types, empty_like(live), live, managed, "before-first-apply",
-                         api_version=api_version, now=now, creating=True)
+                         api_version=api_version, now=now, start_tracking=True)
     me = ManagerId(manager, APPLY, "", subresource)
     fields = dict(managed.fields)
     last = fields.get(me)
