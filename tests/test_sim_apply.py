@@ -236,3 +236,18 @@ def test_an_apply_naming_an_old_resource_version_is_a_conflict(sim):
     assert err.value.status == 409
     assert "the object has been modified" in status_message(err.value)
     assert core.read_namespaced_config_map("settings", NS).data == {"level": "warn"}
+
+
+def test_an_apply_naming_another_namespace_or_name_than_its_url_is_refused(sim):
+    apply(sim, config())
+    wrong_namespace = ("the namespace of the provided object does not match the namespace "
+                       "sent on the request")
+    wrong_name = "the name of the object (api) does not match the name on the URL (web)"
+    for meta, message in (({"namespace": "other"}, wrong_namespace),
+                          ({"name": "api"}, wrong_name)):
+        body = config()
+        body["metadata"].update(meta)
+        with pytest.raises(ApiException) as err:
+            client.AppsV1Api(sim.api).patch_namespaced_deployment(
+                "web", NS, body, field_manager="ci", _content_type=APPLY)
+        assert err.value.status == 400 and status_message(err.value) == message

@@ -144,6 +144,9 @@ class FieldManager:
             meta = config["metadata"] = {}
         if meta.get("managedFields") is not None:
             raise errors.bad_request("metadata.managedFields must be nil")
+        if rt.namespaced and namespace and meta.get("namespace", namespace) != namespace:
+            raise errors.bad_request("the namespace of the provided object does not match "
+                                     "the namespace sent on the request")
         if meta.get("name", name) != name:
             raise errors.bad_request(f"the name of the object ({meta.get('name')}) does not "
                                      f"match the name on the URL ({name})")
