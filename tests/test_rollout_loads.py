@@ -115,3 +115,12 @@ def test_a_load_match_outside_0_to_1_is_refused_naming_the_field():
     with pytest.raises(ConfigError, match="load_match"):
         parse_analysis(None, 200, 1.5)
     assert parse_analysis(None, 200, None).load_match is None
+
+
+def test_the_timeline_shows_how_busy_the_new_replicas_were_next_to_the_old():
+    from gpuops.tasks.rollout.timeline import StepResult, timeline_rows
+
+    verdict = judge(Analysis(), window(SLOWER_BUT_IDLE, 4), window(OLD, 4, "old"))
+    [row] = timeline_rows([StepResult(1, 1, 4, 4, START, END, verdict)])
+    assert row["load per replica new/old"] == "0.05"
+    assert "ttft_p90 300 ms (limit 720 ms) n/c" in row["gates"]

@@ -48,6 +48,9 @@ Figures (medians over seeds; simulated seconds):
   traffic to its rollback (or to 100 % when it was missed);
 - `false_rollbacks`: good rollouts (both modes, all seeds) that did not reach 100 %;
 - `missed_bad`: bad rollouts that reached 100 %.
+
+About a minute for the default 10 seeds x 6 versions x 4 gate sets on one core; `--seeds 1
+--versions good,bad` for a few seconds.
 """
 
 from __future__ import annotations

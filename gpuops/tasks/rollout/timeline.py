@@ -61,6 +61,9 @@ def timeline_rows(steps: Sequence[StepResult]) -> list[dict[str, str]]:
             "requests new/old": "-" if v is None else
             f"{format_value('requests', v.requests)}/"
             f"{format_value('requests', v.baseline_requests)}",
+            # how busy the new replicas were next to the old ones: latency compares near 1
+            "load per replica new/old": "-" if v is None or v.load_ratio is None
+            else f"{v.load_ratio:.2f}",
             "gates": _gates(v), "verdict": "-" if v is None else v.status.value,
             "outcome": s.outcome, "note": s.note})
     return rows
