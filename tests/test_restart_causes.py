@@ -60,3 +60,26 @@ def test_bench_prints_the_figures_as_one_json_line(capsys):
     assert sum(c["cases"] for c in printed["by_class"].values()) == len(CORPUS)
     wrong = sum(pair["count"] for pair in printed["confusion"])
     assert wrong == printed["cases"] - printed["correct"]
+
+
+# --- the classifier on the corpus ---------------------------------------------------------------
+
+OUTCOMES = restart_causes.classify(CORPUS)
+FIGURES = restart_causes.figures(OUTCOMES)
+
+
+@pytest.mark.parametrize("outcome", [o for o in OUTCOMES if not o.case.holdout],
+                         ids=lambda o: o.case.id)
+def test_each_tuned_case_gets_the_cause_its_data_names(outcome):
+    assert outcome.got == outcome.case.expect, (outcome.case.id, outcome.rule_id)
+
+
+def test_every_class_is_at_least_90_percent_right_and_the_whole_at_least_95():
+    low = {cls: c for cls, c in FIGURES["by_class"].items() if c["pct"] < 90}
+    assert not low, (low, FIGURES["confusion"])
+    assert FIGURES["accuracy_pct"] >= 95, FIGURES["confusion"]
+
+
+def test_the_held_out_cases_score_like_the_rest():
+    assert FIGURES["holdout_cases"] >= 20
+    assert FIGURES["holdout_accuracy_pct"] >= 95, FIGURES["confusion"]

@@ -65,16 +65,20 @@ def xids_from(node: dict[str, Any], node_events: list[KubeEvent]) -> list[XidEve
     exporter records them, the node annotation `sim.gpuops.io/xid-events` style list."""
     found = []
     for ev in node_events:
-        m = re.search(r"\bXid[\s:(]*(\d+)", ev.message)
+        m = re.search(r"\bXid\s*(?:\(PCI:[0-9a-fA-F:.]+\))?[\s:(]*(\d+)", ev.message)
         if m:
             gpu = re.search(r"GPU[\s-]*(\d+)", ev.message)
+            # the driver's own form, `NVRM: Xid (PCI:0000:3b:00): 79`: which GPU, by bus id
+            bus = re.search(r"\(PCI:([0-9a-fA-F:.]+)\)", ev.message)
             found.append(XidEvent(xid=int(m.group(1)), gpu=int(gpu.group(1)) if gpu else None,
+                                  pci_bus_id=bus.group(1) if bus else "",
                                   time=ev.last_seen, message=ev.message))
     for key, value in ((node.get("metadata") or {}).get("annotations") or {}).items():
         if key.endswith("/xid-events"):
             try:
                 for item in json.loads(value):
                     found.append(XidEvent(xid=int(item["xid"]), gpu=item.get("gpu"),
+                                          pci_bus_id=str(item.get("pci_bus_id") or ""),
                                           time=str(item.get("time")) if item.get("time") else None,
                                           message=str(item.get("message", ""))))
             except (ValueError, KeyError, TypeError):

@@ -13,6 +13,7 @@ container's evidence.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -32,11 +33,14 @@ from gpuops.tasks.restarts.evidence import (
     parse_timestamp,
     rfc3339,
 )
+from gpuops.tasks.restarts.logtime import written_by
 from gpuops.tasks.restarts.rules import (
     CONDITION_KEYS,
     Conditions,
     NodeConditionMatch,
     PodConditionMatch,
+    Recency,
+    XidMatch,
 )
 
 MAX_LINES_PER_CONDITION = 3
@@ -46,6 +50,18 @@ _MESSAGE_CONTAINER = re.compile(
     r"^(?:Container|Stopping container|Back-off restarting failed container|"
     r"Created container|Started container) ([a-z0-9]([-a-z0-9]*[a-z0-9])?)\b")
 _TRACEBACK_HEAD = "Traceback (most recent call last):"
+# `PCI:0000:3b:00`, `00000000:3B:00.0`, `3b:00.0`: (domain, bus, device)
+_PCI = re.compile(r"(?:\b([0-9a-fA-F]{4,8}):)?\b([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?\b")
+_XID_PCI = re.compile(r"\(PCI:([0-9a-fA-F:.]+)\)")
+
+
+def pci_key(text: str) -> tuple[int, int, int] | None:
+    """A PCI bus id as (domain, bus, device), however the driver or nvidia-smi writes it."""
+    found = _PCI.search(text or "")
+    if found is None:
+        return None
+    domain, bus, device = found.groups()
+    return int(domain or "0", 16), int(bus, 16), int(device, 16)
 
 
 def parse_time(value: datetime | str | None) -> datetime | None:
@@ -69,10 +85,13 @@ class Match:
 
     lines: tuple[str, ...] = ()
     captures: Mapping[str, str] = field(default_factory=dict)
+    #: the log lines (0-based line numbers) among `lines`, to judge how recent they are
+    log_at: tuple[int, ...] = ()
 
     def __add__(self, other: Match) -> Match:
         return Match(self.lines + tuple(x for x in other.lines if x not in self.lines),
-                     {**other.captures, **self.captures})
+                     {**other.captures, **self.captures},
+                     self.log_at + tuple(i for i in other.log_at if i not in self.log_at))
 
 
 class RestartFacts:
@@ -117,7 +136,11 @@ class RestartFacts:
 
     @cached_property
     def log_lines(self) -> list[str]:
-        return [line.rstrip("\r") for line in self.evidence.previous_log.splitlines()]
+        # split at "\n" only, so line numbers agree with offsets in the text
+        lines = self.evidence.previous_log.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return [line.rstrip("\r") for line in lines]
 
     @cached_property
     def pod_events(self) -> list[KubeEvent]:
@@ -157,25 +180,71 @@ class RestartFacts:
                                             ("lastState", self.evidence.last_state))
                 if s.waiting_reason]
 
-    def log_lines_matching(self, patterns: list[re.Pattern[str]]) -> list[str]:
-        """Log lines that any of `patterns` matches, in log order.
+    @cached_property
+    def _line_starts(self) -> list[int]:
+        text = self.evidence.previous_log
+        return [0, *(m.end() for m in re.finditer("\n", text))]
+
+    @cached_property
+    def written_by(self) -> list[datetime | None]:
+        """Per log line, the latest time it can have been written (logtime.py)."""
+        ref = self.reference_time
+        return written_by(self.log_lines, ref) if ref is not None else [None] * len(
+            self.log_lines)
+
+    def log_stale(self, at: Iterable[int], recency: Recency) -> bool:
+        """Whether the latest of the log lines `at` is stale by `recency`: written more
+        than `within_s` before the termination, or, when nothing after it tells its time,
+        followed by more than `tail_lines` lines."""
+        positions = list(at)
+        if not positions:
+            return False
+        last = max(positions)
+        ref, when = self.reference_time, (self.written_by[last]
+                                          if last < len(self.written_by) else None)
+        if ref is not None and when is not None:
+            return (ref - when).total_seconds() > recency.within_s
+        return len(self.log_lines) - 1 - last > recency.tail_lines
+
+    @cached_property
+    def container_gpus(self) -> tuple[set[tuple[int, int, int]], set[int]]:
+        """The container's GPUs as PCI keys and as indexes (empty: not known)."""
+        keys = {k for g in self.evidence.gpus if (k := pci_key(g.pci_bus_id)) is not None}
+        indexes = {g.index for g in self.evidence.gpus if g.index is not None}
+        return keys, indexes
+
+    def xid_on_container_gpu(self, x: XidEvent) -> bool | None:
+        """True/False when the evidence tells whether Xid `x` is on a GPU the container was
+        given (by PCI bus id, else by index), None when it cannot."""
+        keys, indexes = self.container_gpus
+        found = _XID_PCI.search(x.message)
+        xid_key = pci_key(x.pci_bus_id) or (pci_key(found.group(1)) if found else None)
+        if keys and xid_key is not None:
+            return xid_key in keys
+        if indexes and x.gpu is not None:
+            return x.gpu in indexes
+        return None
+
+    def log_matches(self, patterns: list[re.Pattern[str]]) -> list[tuple[int, str]]:
+        """(line number, line) of the lines any of `patterns` matches, in log order.
 
         Each pattern first runs over the whole log (with `^`/`$` at line breaks), and only
         the lines it hits are checked one by one: a 1 MiB log costs a few regex scans, not
         tens of thousands of per-line searches for every rule."""
-        text = self.evidence.previous_log
-        hits: dict[int, str] = {}
+        text, starts = self.evidence.previous_log, self._line_starts
+        hits: list[tuple[int, str]] = []
         for pattern in patterns:
             wide, pos = _whole_log(pattern), 0
             while (found := wide.search(text, pos)) is not None:
-                start = text.rfind("\n", 0, found.start()) + 1
+                number = bisect.bisect_right(starts, found.start()) - 1
+                line = self.log_lines[number] if number < len(self.log_lines) else ""
+                if pattern.search(line):
+                    hits.append((number, line))
                 end = text.find("\n", found.start())
-                end = len(text) if end < 0 else end
-                line = text[start:end].rstrip("\r")
-                if start not in hits and pattern.search(line):
-                    hits[start] = line
+                if end < 0:
+                    break
                 pos = end + 1
-        return [hits[start] for start in sorted(hits)]
+        return sorted(set(hits))
 
     @cached_property
     def exception_line(self) -> str | None:
@@ -215,6 +284,7 @@ def node_condition_line(c: NodeCondition) -> str:
 
 def xid_line(x: XidEvent) -> str:
     gpu = f" on GPU {x.gpu}" if x.gpu is not None else ""
+    gpu += f" (PCI {x.pci_bus_id})" if x.pci_bus_id else ""
     at = f" at {rfc3339(x.time)}" if x.time else ""
     return f"node Xid {x.xid}{gpu}{at}" + (f": {x.message}" if x.message else "")
 
@@ -308,8 +378,11 @@ def _waiting_message(value: list[re.Pattern[str]], facts: RestartFacts,
 
 @condition("log_regex")
 def _log_regex(value: list[re.Pattern[str]], facts: RestartFacts, _: float) -> Match | None:
-    lines = facts.log_lines_matching(value)
-    return Match(_last(lines)) if lines else None
+    hits = facts.log_matches(value)
+    if not hits:
+        return None
+    cited = _last(line for _, line in hits)
+    return Match(cited, log_at=tuple(n for n, line in hits if line in cited))
 
 
 @condition("log_traceback")
@@ -366,18 +439,38 @@ def _node_condition(value: list[NodeConditionMatch], facts: RestartFacts,
     return Match(tuple(lines)) if lines else None
 
 
-@condition("node_xid_in")
-def _node_xid(value: list[int], facts: RestartFacts, window_s: float) -> Match | None:
-    seen: dict[tuple[int, int | None, datetime | None], XidEvent] = {}
+def _xids(value: list[int], facts: RestartFacts, window_s: float, *,
+          assigned: bool = True) -> Match | None:
+    seen: dict[tuple[int, int | None, str, datetime | None], XidEvent] = {}
     for x in facts.evidence.node_xids:
-        if x.xid in value and facts.near(x.time, window_s):
-            seen.setdefault((x.xid, x.gpu, x.time), x)
+        if x.xid not in value or not facts.near(x.time, window_s):
+            continue
+        if assigned and facts.xid_on_container_gpu(x) is False:
+            continue  # on another GPU of the node: not this container's evidence
+        seen.setdefault((x.xid, x.gpu, x.pci_bus_id, x.time), x)
     if not seen:
         return None
     hits = list(seen.values())
     last = hits[-1]
     return Match(_last(xid_line(x) for x in hits),
                  {"xid": str(last.xid), "xid_message": last.message})
+
+
+@condition("node_xid_in")
+def _node_xid_in(value: list[int], facts: RestartFacts, window_s: float) -> Match | None:
+    return _xids(value, facts, window_s)
+
+
+@condition("node_xid")
+def _node_xid(value: list[XidMatch], facts: RestartFacts, window_s: float) -> Match | None:
+    combined = Match()
+    for want in value:  # every one must hold; the first's Xid names the title
+        found = _xids(want.xids, facts, want.window_s or window_s,
+                      assigned=want.gpu == "assigned")
+        if found is None:
+            return None
+        combined = combined + found
+    return combined
 
 
 @condition("pod_reason")

@@ -2,7 +2,8 @@
 
 Every rule (`restart_rules.yaml`, plus an operator's own) is checked against the evidence;
 a rule that holds scores its base confidence plus a small bonus for each supporting
-condition that also holds. The best score wins, ties going to the higher `priority`; the
+condition that also holds, less its `recency.stale_penalty` when the log lines it rests on
+were written long before the termination (an error the application handled earlier). The best score wins, ties going to the higher `priority`; the
 best rule of each other cause that held is kept as an alternative, so a person sees "liveness
 (0.90), or an external SIGKILL (0.50)" rather than a verdict with no doubt. There is always a
 diagnosis: when no rule holds it is `unknown`, with the termination facts as its evidence.
@@ -128,7 +129,11 @@ def _score(rule: Rule, facts: RestartFacts, order: int) -> _Scored | None:
         found = evaluate(conditions, facts, rule.window_s)
         if found is not None:
             match, extra = match + found, extra + 1
-    return _Scored(rule, min(1.0, rule.confidence + rule.bonus * extra), match, order)
+    score = rule.confidence + rule.bonus * extra
+    if facts.log_stale(required.log_at, rule.recency):
+        # what the rule rests on was logged long before the end: weigh it by its age
+        score -= rule.recency.stale_penalty
+    return _Scored(rule, max(0.0, min(1.0, score)), match, order)
 
 
 def _clean(lines: list[str]) -> list[str]:

@@ -114,8 +114,19 @@ NodeCondition = Condition  # the name the diagnosis rules use
 class XidEvent(_Model):
     xid: int
     gpu: int | None = None
+    #: the GPU's PCI bus id as the driver names it (`0000:3b:00` in `NVRM: Xid (PCI:...)`)
+    pci_bus_id: str = ""
     time: Timestamp | None = None
     message: str = ""
+
+
+class GpuDevice(_Model):
+    """A GPU given to the container (from the kubelet's pod-resources or the device plugin):
+    an Xid counts as this container's evidence only when it is on one of these."""
+
+    index: int | None = None
+    uuid: str = ""
+    pci_bus_id: str = ""  # `00000000:3B:00.0` as nvidia-smi writes it
 
 
 class Workload(_Model):
@@ -181,6 +192,8 @@ class RestartEvidence(_Model):
     node_events: list[KubeEvent] = Field(default_factory=list)
     node_conditions: list[Condition] = Field(default_factory=list)
     node_xids: list[XidEvent] = Field(default_factory=list)
+    #: the GPUs the container was given, when known (empty: unknown, every Xid may be its)
+    gpus: list[GpuDevice] = Field(default_factory=list)
     restarts_missed: int = 0  # earlier restarts seen only by their count (no evidence left)
     observed_at: Timestamp  # when the API server showed the restart (watch event received)
     captured_at: Timestamp  # when the evidence was complete

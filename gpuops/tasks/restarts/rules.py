@@ -7,7 +7,8 @@ adds `bonus`), and what to tell a person. Files are validated with pydantic; an 
 the field and the YAML line. Rule ids are a registry: a second rule with a known id is refused
 unless it says `override: true` (STYLE.md, "registries refuse duplicates loudly").
 
-Rule file shape (a list, or a mapping with `rules:`):
+Rule file shape (a list, or a mapping with `rules:` and optionally `definitions:`, a place
+for YAML anchors the rules share, such as the shipped file's Xid classes):
 
     - id: oom-killed-limit            # unique
       cause: oom-killed-limit         # what the diagnosis reports; several rules may share it
@@ -17,6 +18,7 @@ Rule file shape (a list, or a mapping with `rules:`):
       fault: true                     # false for planned or benign terminations
       window_s: 600                   # how near the termination events and Xids must be
       bonus: 0.02                     # added per `supporting` set that holds
+      recency: {within_s: 300, tail_lines: 100, stale_penalty: 0.25}  # old log lines weigh less
       explanation: "..."              # why, and what to do; may use {facts}
       when: {terminated.reason: [OOMKilled]}
       supporting:
@@ -29,7 +31,9 @@ Conditions (all keys of one mapping must hold; lists mean "any of"):
 `signal` (from `signal`, else exit code - 128), `ran_for_at_most_s`, `waiting_reason`,
 `waiting_message_regex`, `log_regex`, `log_traceback`, `pod_event_reason`,
 `pod_event_message_regex`, `node_event_reason`, `node_event_message_regex`, `node_condition`
-({type, status, reason, message_regex}, or a list: any), `node_xid_in`, `pod_reason`,
+({type, status, reason, message_regex}, or a list: any), `node_xid_in` (Xids on the
+container's GPUs, by PCI bus id or index where known, within `window_s`), `node_xid`
+({in, window_s, gpu: assigned|any}, or a list: all must hold), `pod_reason`,
 `pod_message_regex`, `pod_condition` ({type, status, reason}), `pod_deleting`,
 `workload_rolling_out`, `trigger` (what was seen: `restart`, `terminated` — a container
 that failed and is not restarted, as a Job's pod —, `pod-failed` — the pod was taken away —,
@@ -130,6 +134,30 @@ class PodConditionMatch(_Strict):
     reason: StrList | None = None
 
 
+class XidMatch(_Strict):
+    """`node_xid`: an Xid of `in` within `window_s` of the termination (default: the rule's
+    `window_s`), on a GPU the container was given (`gpu: assigned`, the default: an Xid on
+    another GPU of the node is not this container's evidence; one whose GPU or the
+    container's GPUs are unknown still counts) or on any GPU of the node (`gpu: any`)."""
+
+    xids: IntList = Field(alias="in", min_length=1)
+    window_s: float | None = Field(None, gt=0)
+    gpu: Literal["assigned", "any"] = "assigned"
+
+
+class Recency(_Strict):
+    """How old log evidence may be before it counts less. A log line is stale when it was
+    written more than `within_s` before the termination (by the timestamps the software
+    prints, see logtime.py) or, with no timestamp after it to tell, when more than
+    `tail_lines` lines follow it. A rule whose `when` rests on stale log lines only scores
+    `stale_penalty` less: a CUDA OOM the application caught half an hour before a liveness
+    kill does not outweigh the kill."""
+
+    within_s: float = Field(300.0, gt=0)
+    tail_lines: int = Field(100, ge=1)
+    stale_penalty: float = Field(0.25, ge=0, le=1)
+
+
 class Conditions(_Strict):
     """One set of conditions; every one given must hold. Keys are as written in rule files."""
 
@@ -148,6 +176,7 @@ class Conditions(_Strict):
     node_event_message_regex: RegexList | None = None
     node_condition: Annotated[list[NodeConditionMatch], BeforeValidator(_as_list)] | None = None
     node_xid_in: IntList | None = None
+    node_xid: Annotated[list[XidMatch], BeforeValidator(_as_list)] | None = None
     pod_reason: StrList | None = None
     pod_message_regex: RegexList | None = None
     pod_condition: Annotated[list[PodConditionMatch], BeforeValidator(_as_list)] | None = None
@@ -189,6 +218,7 @@ class Rule(_Strict):
     fault: bool = True
     window_s: float = Field(600.0, gt=0)
     bonus: float = Field(0.02, ge=0, le=0.2)
+    recency: Recency = Field(default_factory=Recency)
     explanation: str = ""
     when: Conditions
     supporting: list[Conditions] = Field(default_factory=list)
@@ -197,6 +227,8 @@ class Rule(_Strict):
 
 
 class RuleFile(_Strict):
+    #: a place for YAML anchors shared by rules (the Xid classes); not read otherwise
+    definitions: dict[str, Any] = Field(default_factory=dict)
     rules: list[Rule]
 
 
