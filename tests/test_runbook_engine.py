@@ -79,8 +79,13 @@ def cluster(prefect_server, sim) -> tuple[Any, client.CoreV1Api, client.PolicyV1
     policy.create_namespaced_pod_disruption_budget("default", {
         "metadata": {"name": "guarded"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
-    wait_for(lambda: policy.read_namespaced_pod_disruption_budget("guarded", "default")
-             .status is not None, message="the budget's status")
+    # The budget counts its pod healthy once it runs: only then is a dry-run eviction
+    # refused for the budget (a pod not yet running may be evicted).
+    wait_for(lambda: (policy.read_namespaced_pod_disruption_budget("guarded", "default")
+                      .status or client.V1PodDisruptionBudgetStatus(
+                          current_healthy=0, desired_healthy=0, disruptions_allowed=0,
+                          expected_pods=0)).current_healthy == 1,
+             timeout=30, message="the budget to count its pod healthy")
     return sim, v1, policy
 
 
@@ -109,10 +114,13 @@ def _terminating(v1: client.CoreV1Api, name: str) -> bool:
 
 
 async def _artifact_of(state: Any) -> str:
-    async with get_client() as c:
-        artifacts = await c.read_artifacts()
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
     run_id = state.state_details.flow_run_id
-    return next(a.data for a in artifacts if a.flow_run_id == run_id and a.type == "markdown"
+    async with get_client() as c:
+        artifacts = await c.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[run_id])))
+    return next(a.data for a in artifacts if a.type == "markdown"
                 and "# Runbook" in str(a.data))
 
 
@@ -375,3 +383,71 @@ def test_every_declared_action_is_bound_but_the_node_pool_resize():
 def test_flow_backed_actions_name_deployments_gpuops_serves():
     served = served_deployment_names()
     assert flow_bindings.REBALANCE in served and flow_bindings.ROLLBACK in served
+
+
+def test_the_shipped_quarantine_runbook_taints_cordons_and_tells(cluster, slack_fake):
+    sim, v1, _ = cluster
+    flow = _flow("quarantine-gpu-node")
+    state = _run(flow, node="gpu-1", reason="ecc", channel="#ops", **_blocks(sim, slack_fake))
+    assert state.is_completed() and state.name == "Completed", state.message
+    spec = v1.read_node("gpu-1").spec
+    assert spec.unschedulable
+    assert [(t.key, t.value, t.effect) for t in spec.taints] == [
+        ("gpuops.io/quarantine", "ecc", "NoSchedule")]
+    assert not _terminating(v1, "worker-0")  # running pods stay
+    told = [m["text"] for m in slack_fake.messages() if m.get("text", "").startswith(
+        "Quarantined gpu-1")]
+    assert told == [("Quarantined gpu-1 (ecc). Drain it with `gpuops runbook run "
+                     "drain-gpu-node --param node=gpu-1`.")]
+
+
+def test_cli_runs_a_dry_run_and_refuses_bad_parameters_before_starting(cluster):
+    from typer.testing import CliRunner
+
+    from gpuops.deployments.cli import app
+
+    sim, v1, _ = cluster
+    blocks = _blocks(sim)
+    runner = CliRunner()
+    result = runner.invoke(app, ["runbook", "run", "quarantine-gpu-node", "--param",
+                                 "node=gpu-1", "--dry-run", "--cluster-block",
+                                 blocks["cluster_block"]])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip().endswith("DryRun: 3 change(s) planned")
+    assert not _cordoned(v1, "gpu-1")
+    bad = runner.invoke(app, ["runbook", "run", "quarantine-gpu-node", "--param", "node=GPU_1",
+                              "--param", "reason=fire"])
+    assert bad.exit_code == 2
+    assert "parameters.node: 'GPU_1' is not a DNS subdomain name" in bad.stderr
+    assert "parameters.reason: 'fire' is not one of 'xid', 'ecc'" in bad.stderr
+
+
+async def _deployed(name: str) -> bool:
+    from prefect.exceptions import ObjectNotFound
+
+    async with get_client() as c:
+        try:
+            await c.read_deployment_by_name(name)
+        except ObjectNotFound:
+            return False
+    return True
+
+
+def test_a_shipped_runbook_runs_as_the_deployment_gpuops_up_serves(
+        cluster, slack_fake, serve_deployments):
+    from typer.testing import CliRunner
+
+    from gpuops.deployments.cli import app
+
+    sim, v1, _ = cluster
+    blocks = _blocks(sim, slack_fake)
+    serve_deployments()  # `serve_all()` in its own process, as `gpuops up` runs it
+    wait_for(lambda: asyncio.run(_deployed("quarantine-gpu-node/runbook")), timeout=90,
+             message="the runbook's served deployment")
+    result = CliRunner().invoke(app, [
+        "runbook", "run", "quarantine-gpu-node", "--served", "--param", "node=gpu-1",
+        "--param", "channel=#ops", *(f"--{k.replace('_', '-')}={v}" for k, v in blocks.items())])
+    assert result.exit_code == 0, result.output
+    assert "of quarantine-gpu-node/runbook" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "Completed: 3 step(s) done"
+    assert _cordoned(v1, "gpu-1")

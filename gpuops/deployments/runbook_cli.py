@@ -129,6 +129,9 @@ def run(
         "--param", "-p", help="A parameter, `name=value`; repeatable.")] = None,
     dry_run: Annotated[bool, typer.Option(help="Plan from live state; change nothing.")]
         = False,
+    served: Annotated[bool, typer.Option(help="Run it as the deployment `gpuops up` serves "
+                                         "(`<name>/runbook`) and wait for it to end.")]
+        = False,
     cluster_block: Annotated[str, typer.Option(help="KubernetesCluster Block.")] = "",
     slack_block: Annotated[str, typer.Option(help="SlackConnection Block.")] = "",
     policy_block: Annotated[str, typer.Option(help="ApprovalPolicy Block.")] = "",
@@ -148,11 +151,27 @@ def run(
         raise ConfigError("runbook", f"no runbook named {name!r}; `gpuops runbook list` "
                           "names them")
     given = parse_cli_params(param or [])
-    bind_values(loaded.runbook, given)  # every bad value named, nothing started
-    flow: Any = runbook_flow(loaded, registry)
-    state: Any = asyncio.run(flow(**given, dry_run=dry_run, cluster_block=cluster_block,
-                             slack_block=slack_block, policy_block=policy_block,
-                             return_state=True))
+    typed = bind_values(loaded.runbook, given)  # every bad value named, nothing started
+    # JSON values for the deployment's schema; a duration stays as written (`5m`).
+    values = {k: given[k] if loaded.runbook.parameters[k].type == "duration" else typed[k]
+              for k in given}
+    engine = {"dry_run": dry_run, "cluster_block": cluster_block, "slack_block": slack_block,
+              "policy_block": policy_block}
+    state: Any
+    if served:
+        state = asyncio.run(_run_served(f"{name}/runbook", {
+            **values, **{k: v for k, v in engine.items() if v}}))
+    else:
+        flow: Any = runbook_flow(loaded, registry)
+        state = asyncio.run(flow(**values, **engine, return_state=True))
     typer.echo(f"{state.name}: {state.message}")
     if state.is_failed():
         raise typer.Exit(1)
+
+
+async def _run_served(deployment: str, parameters: dict[str, Any]) -> Any:
+    from prefect.deployments import arun_deployment
+
+    run = await arun_deployment(deployment, parameters=parameters, timeout=None)
+    typer.echo(f"flow run {run.name} ({run.id}) of {deployment}")
+    return run.state

@@ -21,6 +21,7 @@ from gpuops.flows.gpu_consolidate import GPU_IDLE, gpu_consolidate
 from gpuops.flows.gpu_rebalance import STRANDED, gpu_rebalance
 from gpuops.flows.gpu_scan import gpu_scan
 from gpuops.flows.restart_diagnostics import restart_diagnostics
+from gpuops.flows.run_runbook import runbook_deployments
 from gpuops.flows.serving_rollout import serving_rollout, serving_rollout_abort
 from gpuops.tasks.restarts.events import RESTART_DIAGNOSTICS_EVENTS
 
@@ -141,6 +142,8 @@ def deployments(*, approval_policy: str = "", capacity_mode: str = "dry-run") ->
         serving_rollout_abort.to_deployment(
             name="on-demand", tags=["gpuops", "rollout"],
             description="Stop a pool's rollout and roll it back to the old version."),
+        # Each shipped runbook, `<name>/runbook`, its form the runbook's parameters.
+        *runbook_deployments(approval_policy=approval_policy),
     ]
 
 

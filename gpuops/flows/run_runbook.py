@@ -31,6 +31,7 @@ from gpuops.runbooks.registry import Registry
 from gpuops.runbooks.schema import Runbook
 
 DEPLOYMENT = "runbook"  # each runbook's deployment is `<runbook>/runbook`
+ENTRYPOINT_PREFIX = "runbook_"
 PEOPLE_ACTIONS = ("slack-post", "request-approval")
 ENGINE_PARAMETERS: dict[str, tuple[type, Any, str]] = {
     "dry_run": (bool, False, "Plan from live state and report; change nothing."),
@@ -109,10 +110,27 @@ def runbook_flow(loaded: LoadedRunbook, runbooks: Registry[LoadedRunbook] | None
         return state_of(await execute(runbook, given, services, dry_run=dry_run))
 
     run.__signature__ = signature_of(runbook)  # type: ignore[attr-defined]
-    run.__name__ = runbook.name.replace("-", "_")
+    # The deployment's entrypoint is `<this file>:<qualname>`; the module's `__getattr__`
+    # answers that name, so a process that loads the flow from its entrypoint finds it.
+    run.__name__ = run.__qualname__ = entrypoint_name(runbook.name)
     run.__doc__ = runbook.description or f"Runbook {runbook.name}."
     return Flow(run, name=runbook.name, description=runbook.description or None,
                 log_prints=True)
+
+
+def entrypoint_name(runbook: str) -> str:
+    return ENTRYPOINT_PREFIX + runbook.replace("-", "_")
+
+
+def __getattr__(name: str) -> Any:
+    """`runbook_drain_gpu_node` -> the flow of the shipped runbook drain-gpu-node (built
+    when asked: nothing is read at import)."""
+    if name.startswith(ENTRYPOINT_PREFIX):
+        runbooks = load_runbooks()
+        for runbook, loaded in runbooks.items():
+            if entrypoint_name(runbook) == name:
+                return runbook_flow(loaded, runbooks)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_runbooks(paths: Iterable[Any] = ()) -> Registry[LoadedRunbook]:
