@@ -14,6 +14,8 @@ on the plan as a whole and are enforced by the planner.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuops.common.annotations import CA_SAFE_TO_EVICT, DO_NOT_MOVE, KARPENTER_DO_NOT_DISRUPT
 from gpuops.tasks.rebalance.model import CONTROLLER_KINDS, Node, Pod
 
@@ -41,7 +43,7 @@ def admits(node: Node, pod: Pod) -> str | None:
     return None
 
 
-def constraint_signature(pod: Pod) -> tuple:
+def constraint_signature(pod: Pod) -> tuple[Any, ...]:
     """Pods with equal signatures are admitted by the same nodes (cached masks)."""
     return (pod.gpu_count > 0, pod.gpu_count, tuple(sorted(pod.gpu_models)),
             tuple(sorted(pod.node_selector.items())), pod.affinity,

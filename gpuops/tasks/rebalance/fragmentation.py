@@ -27,14 +27,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
 from gpuops.common.errors import ConfigError
-from gpuops.tasks.rebalance.model import MILLI
+from gpuops.tasks.rebalance.model import MILLI, Cluster
 from gpuops.tasks.rebalance.state import PackState
 
-ShapeKey = tuple[int, int, int, frozenset]  # cpu_milli, gpu_count, gpu_milli, allowed models
+ShapeKey = tuple[int, int, int, frozenset[str]]  # cpu_milli, gpu_count, gpu_milli, allowed models
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Shapes:
     num: np.ndarray
     milli: np.ndarray
     weight: np.ndarray
-    models: tuple[frozenset, ...]  # allowed GPU models per shape; empty = any
+    models: tuple[frozenset[str], ...]  # allowed GPU models per shape; empty = any
 
     def access(self, models: Sequence[str]) -> np.ndarray:
         """(len(models), shapes) bool: may shape k use a GPU of model i."""
@@ -88,7 +89,7 @@ def node_fragmentation(cpu_free: np.ndarray, gpu_free: np.ndarray, model: np.nda
     total = gpu_free.sum(axis=1)
     fit = ((count >= shapes.num[None, :]) & (np.asarray(cpu_free)[:, None] >= shapes.cpu[None, :])
            & access[np.asarray(model)] & (shapes.milli[None, :] > 0))
-    return np.where(fit, small, total[:, None]) @ shapes.weight
+    return cast(np.ndarray, np.where(fit, small, total[:, None]) @ shapes.weight)
 
 
 def state_fragmentation(state: PackState, shapes: Shapes,
@@ -104,7 +105,7 @@ def stranded_gpus(state: PackState, pending: Iterable[int]) -> float:
     gpu_pending = [p for p in pending if state.pod_num[p] > 0]
     if not gpu_pending:
         return 0.0
-    seen: set[tuple] = set()
+    seen: set[tuple[Any, ...]] = set()
     any_fits = np.zeros(state.n, dtype=bool)
     for p in gpu_pending:
         key = (state.pod_sig[p], state.pod_cpu[p], state.pod_mem[p], state.pod_num[p],
@@ -132,7 +133,7 @@ def shape_label(gpu_count: int, gpu_milli: int, cpu_milli: int) -> str:
     return f"{gpu_count}x{gpu_milli}m cpu={cpu_milli}m"
 
 
-def cluster_measures(cluster, shapes: Shapes | None = None) -> ClusterMeasures:
+def cluster_measures(cluster: Cluster, shapes: Shapes | None = None) -> ClusterMeasures:
     """Stranded GPUs, FGD fragmentation (weighted by `shapes`, default the typical shapes of
     the cluster's own pods) and pending GPU pods by shape of a `model.Cluster`."""
     state, pods = PackState.from_cluster(cluster)

@@ -21,6 +21,8 @@ that fragments least); a whole-GPU pod takes the lowest-numbered fully free devi
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from gpuops.common.errors import ConfigError
@@ -139,7 +141,7 @@ class Placer:
             self._frag_now[stale] = node_fragmentation(s.cpu_free[stale], s.gpu_free[stale],
                                                        s.model[stale], self.shapes, self.access)
             self._frag_version[stale] = s.version[stale]
-        return self._frag_now[nodes]
+        return cast(np.ndarray, self._frag_now[nodes])
 
     def fgd_scores(self, p: int, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s = self.state

@@ -363,7 +363,7 @@ class Greedy:
         # per node, bumped when the plan commits a change there (trials leave it alone)
         self.committed = np.zeros(state.n, np.int64)
         self.epoch = 0  # bumped by every committed change: keys the failure caches
-        self._no_swap: set[tuple] = set()
+        self._no_swap: set[tuple[Any, ...]] = set()
         costs = rules.cost[rules.movable & (state.pod_node >= 0)]
         self.min_cost = float(costs.min()) if len(costs) else 0.0
         self._origin: dict[int, int] = {}
@@ -391,7 +391,7 @@ class Greedy:
             return StatePlan(moves, landings, [], 0.0, NO_MOVES_NEEDED, None, "heuristic", 0.0)
         # pending pods alike (same request, rules, priority) form a class served in arrival
         # order: one option per class in the heap at a time
-        classes: dict[tuple, list[int]] = {}
+        classes: dict[tuple[Any, ...], list[int]] = {}
         for p in waiting:
             classes.setdefault(self._class_key(p), []).append(p)
         for phase in range(self.options.passes):
@@ -401,7 +401,7 @@ class Greedy:
                 self.moved[[p for p, _, _ in landings]] = True
             served_before = len(landings)
             heap: list[_Option] = []
-            failed: set[tuple] = set()
+            failed: set[tuple[Any, ...]] = set()
             for members in classes.values():
                 if self._expired():
                     break
@@ -453,7 +453,8 @@ class Greedy:
                 reason = "no set of allowed moves makes a pending pod fit"
         return StatePlan(moves, landings, [], cost, status, reason, "heuristic", 0.0)
 
-    def _defragment(self, pending: list[int], landings: list, moves: list) -> float:
+    def _defragment(self, pending: list[int], landings: list[tuple[int, int, tuple[int, ...]]],
+                    moves: list[tuple[int, int, int, tuple[int, ...]]]) -> float:
         """Local improvement: fragmentation-descent moves while they help (module docstring)."""
         s, r = self.s, self.rules
         if not pending:
@@ -585,12 +586,12 @@ class Greedy:
         order = np.lexsort((self.dest.name_rank[nodes], gpu_short + cpu_short, ~easy))
         return nodes[order[: self.options.nodes_tried]]
 
-    def _class_key(self, p: int) -> tuple:
+    def _class_key(self, p: int) -> tuple[Any, ...]:
         s = self.s
         return (int(s.pod_sig[p]), int(s.pod_cpu[p]), int(s.pod_mem[p]), int(s.pod_num[p]),
                 int(s.pod_milli[p]), int(self.rules.priority[p]))
 
-    def _best_option(self, p: int, failed: set[tuple]) -> _Option | None:
+    def _best_option(self, p: int, failed: set[tuple[Any, ...]]) -> _Option | None:
         key = (self._class_key(p), self.epoch, self.budget)
         if key in failed:
             return None
@@ -726,7 +727,8 @@ class Greedy:
                        neg_value=-gain / (cost + 1e-3), cost=cost, p=p, node=v,
                        devices=devices, dest=dest, versions=versions)
 
-    def _swap(self, q: int, p: int, v: int, origin: dict, dest: list,
+    def _swap(self, q: int, p: int, v: int, origin: dict[int, tuple[int, tuple[int, ...]]],
+              dest: list[tuple[int, int, tuple[int, ...]]],
               depth: int | None = None) -> bool:
         """Place unbound pod `q` on some node u != v in the place of one pod r there, r going
         elsewhere (not u), itself by a swap while `depth` allows. Candidates are checked with

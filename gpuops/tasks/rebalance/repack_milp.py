@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import cvxpy as cp
 import numpy as np
@@ -30,9 +30,12 @@ import numpy as np
 from gpuops.tasks.rebalance.model import MILLI
 from gpuops.tasks.rebalance.state import PackState
 
+if TYPE_CHECKING:  # repack imports this module: the names it uses come in at call time
+    from gpuops.tasks.rebalance.repack import PodRules, RepackOptions, StatePlan
 
-def solve_milp(state: PackState, pending: Sequence[int], rules, options, *,
-               deadline: float):
+
+def solve_milp(state: PackState, pending: Sequence[int], rules: PodRules,
+               options: RepackOptions, *, deadline: float) -> StatePlan:
     """Solve and apply on `state`; returns a `repack.StatePlan`."""
     level = max((int(rules.priority[p]) for p in pending), default=0)
     return _solve(state, pending, rules, options, deadline=deadline,
@@ -40,9 +43,9 @@ def solve_milp(state: PackState, pending: Sequence[int], rules, options, *,
                   frozen=np.zeros(len(state.pod_cpu), bool), level=level)
 
 
-def _solve(state: PackState, pending: Sequence[int], rules, options, *,
-                 deadline: float, budget: int | None, pdb_left: np.ndarray,
-                 frozen: np.ndarray, level: int):
+def _solve(state: PackState, pending: Sequence[int], rules: PodRules,
+           options: RepackOptions, *, deadline: float, budget: int | None,
+           pdb_left: np.ndarray, frozen: np.ndarray, level: int) -> StatePlan:
     from gpuops.tasks.rebalance.repack import (
         CANNOT_HELP,
         FEASIBLE,
@@ -175,7 +178,8 @@ def _solve(state: PackState, pending: Sequence[int], rules, options, *,
     problem = cp.Problem(cp.Maximize(value @ placed_p - cost @ moved), cons)
     limit = max(0.5, deadline - time.monotonic())
     try:
-        problem.solve(solver=cp.HIGHS, time_limit=limit, mip_rel_gap=options.mip_rel_gap)
+        problem.solve(  # type: ignore[no-untyped-call]  # cvxpy leaves solve() untyped
+            solver=cp.HIGHS, time_limit=limit, mip_rel_gap=options.mip_rel_gap)
     except cp.error.SolverError as e:
         return StatePlan([], [], list(pending), 0.0, CANNOT_HELP, f"MILP solver failed: {e}",
                          "milp", time.monotonic() - started)

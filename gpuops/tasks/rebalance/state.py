@@ -11,6 +11,7 @@ shared by all pods that have it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class PackState:
         nodes = cluster.nodes
         pods = list(cluster.running) + list(cluster.pending)
         models = sorted({n.gpu_model for n in nodes})
-        signatures: dict[tuple, int] = {}
+        signatures: dict[tuple[Any, ...], int] = {}
         sig = []
         first: list[Pod] = []
         for pod in pods:
@@ -135,7 +136,7 @@ class PackState:
         num = self.pod_num[p]
         if num:
             ok &= (self.gpu_free[sel] >= self.pod_milli[p]).sum(axis=1) >= num
-        return ok
+        return cast(np.ndarray, ok)
 
     def gpu_used_milli(self) -> int:
         return int(self.gpu_cap.sum() - self.gpu_free.sum())
