@@ -32,6 +32,7 @@ from gpuops.common.labels import parse_label_selector
 from gpuops.common.nodefit import node_admits
 from gpuops.common.podfacts import holds_resources, pod_gpu_milli, pod_gpus
 from gpuops.common.quantity import parse_quantity
+from gpuops.tasks.capacity.resize import PoolResize
 
 Obj = Mapping[str, Any]
 PRODUCT_LABEL = "nvidia.com/gpu.product"  # GPU feature discovery's node label
@@ -72,7 +73,7 @@ class PoolOffer:
 
 
 @dataclass(frozen=True)
-class PoolRaise:
+class PoolRaise(PoolResize):
     """One pool's new size for the pods sent to it, and why."""
 
     pool: str
@@ -84,14 +85,6 @@ class PoolRaise:
     price_per_hour: float
     gpus_per_node: int
     notes: tuple[str, ...] = field(default=())
-
-    @property
-    def change(self) -> int:
-        return self.target - self.current
-
-    @property
-    def cost_change_per_hour(self) -> float:
-        return self.change * self.price_per_hour
 
 
 def pending_pod(pod: Obj) -> PendingPod | None:

@@ -26,6 +26,7 @@ from gpuops.common.annotations import PLACEHOLDER_LABEL
 from gpuops.common.errors import LimitViolation
 from gpuops.common.podfacts import holds_resources, is_daemonset_pod, pod_gpus
 from gpuops.tasks.capacity.plan import CapacityPlan, GpuQuota, NodePoolSpec
+from gpuops.tasks.capacity.resize import PoolResize
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class PoolState:
 
 
 @dataclass(frozen=True)
-class PoolTarget:
+class PoolTarget(PoolResize):
     """What to hold for one pool during this run's window, and why."""
 
     pool: str
@@ -54,14 +55,6 @@ class PoolTarget:
     price_per_hour: float
     gpus_per_node: int
     notes: tuple[str, ...] = field(default=())
-
-    @property
-    def change(self) -> int:
-        return self.target - self.current
-
-    @property
-    def cost_change_per_hour(self) -> float:
-        return self.change * self.price_per_hour
 
 
 def pool_usage(node_names: Iterable[str], pods: Iterable[Mapping[str, Any]],
