@@ -11,8 +11,8 @@ weights from `tasks/rollout/capacity`. The course mirrors `tasks/rollout/run.py`
 traffic, each step's window judged after `window_s` and again every `poll_s` while it WAITs,
 until `step_timeout_s`; a step where both pools are as busy added when the steps have none;
 promotion held until latency passed at comparable loads; in blue-green, the 100 % window
-judged against the old version's own window before the rollout (`unmatched_loads` does
-neither: the gates as they were). Why not the flow on simcluster at a fast clock: the flow waits on the
+judged against the old version's window of the first step, when it carried the rest
+(`unmatched_loads` does neither: the gates as they were). Why not the flow on simcluster at a fast clock: the flow waits on the
 wall clock (windows, polls, readiness), so one rollout with 5-minute windows takes about a
 minute at 20x, and 10 seeds x 5 versions x 3 gate sets would take an hour on two cores; the
 decisions are the same pure functions. The flow's I/O (PromQL against a real Prometheus, the
@@ -140,7 +140,6 @@ class Course:
 
     def __init__(self, stack: ServingStack, scenario: Scenario, analysis: Analysis,
                  new_degradations: tuple[Degradation, ...],
-                 before: tuple[Snapshot, Snapshot] | None = None,
                  judge_full: bool = True, baseline_pool: bool = False) -> None:
         self.stack = stack
         self.scenario = scenario
@@ -150,7 +149,8 @@ class Course:
         self.verdicts: list[Verdict] = []
         self.windows = 0
         self.first_traffic: dict[str, Snapshot] | None = None
-        self.before = before  # the old pool's window before the rollout (its own history)
+        # the old pool's window at the first judged step: the 100 % window's baseline
+        self.first_window: tuple[Snapshot, Snapshot] | None = None
         self.judge_full = judge_full
         self.full_at: float | None = None  # when 100 % was set
         self.baseline_pool = baseline_pool
@@ -201,6 +201,8 @@ class Course:
             if verdict.status is not Status.WAIT or \
                     self.stack.t - began + self.timing.poll_s > self.timing.step_timeout_s:
                 self.verdicts.append(verdict)
+                if self.first_window is None:
+                    self.first_window = (start["old"], end["old"])
                 return verdict
             self.stack.advance(self.timing.poll_s)
 
@@ -235,8 +237,8 @@ class Course:
             if weight == 100:
                 self.full_at = self.stack.t
                 # as `Course._judge_full`: the whole load against the old one's own window
-                if self.judge_full and self.before is not None and \
-                        self.judge_step(self.before).status is Status.FAIL:
+                if self.judge_full and self.first_window is not None and \
+                        self.judge_step(self.first_window).status is Status.FAIL:
                     self.full_at = None
                     return self.outcome(started, 100, self.verdicts[-1].reason)
                 break
@@ -277,11 +279,8 @@ def roll_out(scenario: Scenario, version: str, gate_set: str, seed: int) -> Outc
     stack = ServingStack(seed=seed, demand=DemandCurve(scenario.base_rps, scenario.peak_rps),
                          start=start, profile=scenario.profile())
     stack.add("old", "old", scenario.replicas, warm=True)
-    stack.advance(scenario.timing.window_s / 2)
-    before = stack.pools["old"].snapshot(stack.t)
     stack.advance(scenario.timing.window_s)  # the old version serving before the rollout
-    history = (before, stack.pools["old"].snapshot(stack.t))
-    course = Course(stack, scenario, analysis_for(gate_set, scenario), bad, history,
+    course = Course(stack, scenario, analysis_for(gate_set, scenario), bad,
                     judge_full=gate_set != "unmatched_loads",
                     baseline_pool=gate_set == "baseline_pool_what_if")
     return course.fixed_capacity() if version in FIXED_CAPACITY else course.blue_green()

@@ -11,9 +11,9 @@ Blue-green:
    `step_timeout_s`, which then fails the step. 100 % is taken only once every latency gate
    passed at comparable loads (`gates.unproven`);
 4. at 100 %, the old version still warm, one more window: the new version judged against the
-   old one's own past before the first step, when its replicas were as busy as the new ones
-   are now (a version bad only under load shows here first); then the old version is kept
-   warm for `keep_old_s`, then scaled to 0 (or deleted); the record ends.
+   old one's window of the first step, when its replicas carried the rest and were as busy
+   as the new ones are now (a version bad only under load shows here first); then the old
+   version is kept warm for `keep_old_s`, then scaled to 0 (or deleted); the record ends.
 
 Fixed-capacity (no spare GPUs): stages of k replicas: the old Deployment shrinks by k, once its
 pods are gone the new one grows by k, and when those are Ready and warm the weights follow the
@@ -236,10 +236,14 @@ class Course:
 
     async def _judge_full(self, index: int) -> None:
         """At 100 %, while the old version is still warm: the new one, now as busy per replica
-        as the old one was before the first step, judged against the old one's own window of
-        then. No earlier blue-green step loads the new replicas that much (at 50 % both sides
-        carry half), so a version bad only under load shows here first."""
-        await self._judge(index, 100, history=self.steps[0].started)
+        as the old one was at the first step (it carried the rest then: 99 % at a 1 % step),
+        judged against the old one's window of that step, which had its requests already. No
+        earlier blue-green step loads the new replicas that much (at 50 % both sides carry
+        half), so a version bad only under load shows here first."""
+        first = self.steps[0]
+        if first.ended is None:
+            return
+        await self._judge(index, 100, history=(first.started, first.ended))
 
     async def _fixed_capacity(self) -> None:
         assert self.record is not None
@@ -298,9 +302,10 @@ class Course:
             raise RolloutStopped(f"step {index} to {weight} % not approved: "
                                  f"{not_approved_message(answer)}", "rejected")
 
-    async def _judge(self, index: int, weight: int, history: datetime | None = None) -> None:
-        """The step's window against the old version's over the same time, or (`history`)
-        over as long a window ending then: its own past."""
+    async def _judge(self, index: int, weight: int,
+                     history: tuple[datetime, datetime] | None = None) -> None:
+        """The step's window against the old version's over the same time, or over
+        `history`: its own past."""
         old_view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns,
                                            self.plan.old.pool.name)
         new_view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns,
@@ -310,8 +315,8 @@ class Course:
         verdict = await self.analyse(step.started, history)
         ended = _now()
         note = "" if history is None else (
-            f"against the old version's own {(ended - step.started).total_seconds():.0f} s "
-            f"up to {history:%H:%M:%S}, before the first step")
+            f"against the old version's window {history[0]:%H:%M:%S} .. "
+            f"{history[1]:%H:%M:%S} (step {self.steps[0].index})")
         if verdict.status is Status.PASS:
             self.steps.append(StepResult(step.index, weight, step.old_replicas,
                                          step.new_replicas, step.started, ended, verdict,
@@ -326,7 +331,8 @@ class Course:
                f"{(ended - step.started).total_seconds():.0f} s")
         raise RolloutStopped(f"{why}\n{verdict_text(verdict)}", outcome)
 
-    async def analyse(self, start: datetime, history: datetime | None = None) -> Verdict:
+    async def analyse(self, start: datetime,
+                      history: tuple[datetime, datetime] | None = None) -> Verdict:
         """The new version against the old over [start, now], judged after `window_s` and
         again every `poll_s` while it WAITs, until `step_timeout_s`."""
         timing = self.spec.timing
@@ -341,15 +347,13 @@ class Course:
                 return verdict
             await self.pause(timing.poll_s)
 
-    def _verdict(self, start: datetime, end: datetime, history: datetime | None = None
-                 ) -> Verdict:
+    def _verdict(self, start: datetime, end: datetime,
+                 history: tuple[datetime, datetime] | None = None) -> Verdict:
         old = read_pool_view(self.kube, self.apis, self.ns, self.plan.old.pool.name)
         new = read_pool_view(self.kube, self.apis, self.ns, self.plan.new.pool_name)
         for view in (old, new):
             self.pods_seen.setdefault(view.pool.name, set()).update(p.name for p in view.pods)
-        # Its own past grows backwards as the window waits: history gets no new samples.
-        old_end = history or end
-        old_start = old_end - (end - start)
+        old_start, old_end = history or (start, end)
         return judge(self.spec.analysis, read_window(self.prom, pool_series(new), start, end),
                      read_window(self.prom, pool_series(old), old_start, old_end))
 
