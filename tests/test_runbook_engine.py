@@ -24,6 +24,7 @@ from gpuops.runbooks.arguments import ParametersInvalid, bind_values
 from gpuops.runbooks.bindings import flows as flow_bindings
 from gpuops.runbooks.bindings import load_bindings
 from gpuops.runbooks.catalog import CATALOG
+from gpuops.runbooks.journal import PREFIX, read_journal
 from gpuops.runbooks.loader import load_texts, shipped_files
 from tests import helpers
 from tests.helpers import wait_for
@@ -283,6 +284,8 @@ def test_a_failing_step_undoes_the_done_steps_last_first(cluster):
     rows = [line.split("|")[1].strip() for line in steps.splitlines()
             if line.startswith("| ") and "`" in line]
     assert rows == ["cordon", "taint", "empty", "undo-taint", "undo-cordon"]
+    # Compensated as it went: no journal is left for `recover`.
+    assert asyncio.run(read_journal(str(state.state_details.flow_run_id))) is None
 
 
 def test_a_precondition_that_does_not_hold_stops_the_run_before_any_step(cluster):
@@ -451,3 +454,68 @@ def test_a_shipped_runbook_runs_as_the_deployment_gpuops_up_serves(
     assert "of quarantine-gpu-node/runbook" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "Completed: 3 step(s) done"
     assert _cordoned(v1, "gpu-1")
+
+
+STUCK = """\
+name: cordon-taint-then-wait
+parameters: {node: {type: node, required: true}}
+steps:
+  - name: cordon
+    action: cordon-node
+    args: {node: "{{ node }}"}
+    undo: {action: uncordon-node, args: {node: "{{ node }}"}}
+  - name: taint
+    action: taint-node
+    args: {node: "{{ node }}", key: gpuops.io/quarantine, value: xid}
+    undo: {action: untaint-node, args: {node: "{{ node }}", key: gpuops.io/quarantine, value: xid}}
+  - name: empty
+    action: wait-until
+    args: {check: node-drained, args: {node: "{{ node }}"}, timeout: 1h, interval: 1s}
+"""
+
+
+async def _journals() -> list[dict]:
+    async with get_client() as c:
+        return [v.value for v in await c.read_variables() if v.name.startswith(PREFIX)]
+
+
+def test_a_run_killed_mid_way_is_undone_by_recover(cluster, tmp_path: Path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from gpuops.deployments.cli import app
+
+    sim, v1, _ = cluster
+    blocks = _blocks(sim)
+    path = tmp_path / "stuck.yaml"
+    path.write_text(STUCK)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuops.deployments.cli", "runbook", "run",
+         "cordon-taint-then-wait", "--file", str(path), "--param", "node=gpu-1",
+         "--cluster-block", blocks["cluster_block"]],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        journal = wait_for(lambda: next((j for j in asyncio.run(_journals())
+                                         if j["runbook"] == "cordon-taint-then-wait"
+                                         and [e["state"] for e in j["undo"]] == ["done"] * 2),
+                                        None), timeout=90, message="both steps journaled")
+        spec = v1.read_node("gpu-1").spec
+        assert spec.unschedulable and spec.taints  # the run waits in its third step
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+    runner = CliRunner()
+    result = runner.invoke(app, ["runbook", "recover", journal["flow_run"],
+                                 "--cluster-block", blocks["cluster_block"]])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["undo-taint", "undo-cordon"]
+    spec = v1.read_node("gpu-1").spec
+    assert not (spec and (spec.unschedulable or spec.taints))
+    again = runner.invoke(app, ["runbook", "recover", journal["flow_run"],
+                                "--cluster-block", blocks["cluster_block"]])
+    assert again.stdout.strip() == f"nothing to undo for run {journal['flow_run']}"

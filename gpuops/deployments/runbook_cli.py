@@ -175,3 +175,32 @@ async def _run_served(deployment: str, parameters: dict[str, Any]) -> Any:
     run = await arun_deployment(deployment, parameters=parameters, timeout=None)
     typer.echo(f"flow run {run.name} ({run.id}) of {deployment}")
     return run.state
+
+
+@runbook_app.command("recover")
+def recover(
+    run_id: Annotated[str, typer.Argument(help="The flow run id of the runbook run that "
+                                          "died (the Prefect UI shows it).")],
+    cluster_block: Annotated[str, typer.Option(help="KubernetesCluster Block.")] = "",
+) -> None:
+    """Undo what a runbook run that died mid-way did (its undos, last first, from the
+    journal it kept on the Prefect server); undoing twice changes nothing."""
+    import asyncio
+
+    from gpuops.blocks.connections import KubernetesCluster
+    from gpuops.blocks.loading import load_block
+    from gpuops.runbooks.engine import Services
+    from gpuops.runbooks.engine import recover as recover_run
+
+    async def go() -> Any:
+        cluster = await load_block(KubernetesCluster, cluster_block)
+        return await recover_run(run_id, Services(cluster.kube(), run_id=run_id))
+
+    records = asyncio.run(go())
+    if not records:
+        typer.echo(f"nothing to undo for run {run_id}")
+        return
+    for r in records:
+        typer.echo(f"{r.name}: {r.outcome} {r.action}({r.args}) {r.detail}".rstrip())
+    if any(r.outcome == "undo-failed" for r in records):
+        raise typer.Exit(1)

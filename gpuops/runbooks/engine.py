@@ -12,7 +12,10 @@ Order of a run:
    plan; after a "yes" the remaining steps are planned again, and if what they would change
    is not what was approved the run stops ("plan-changed");
 4. a failing step runs its `on_failure:` steps, then every `undo:` of the steps done so
-   far, last first; so does a "no" (nothing after it runs).
+   far, last first; so does a "no" (nothing after it runs);
+5. each undo is written to the run's journal on the Prefect server before its step runs
+   (journal.py), and the journal goes when the run ends: a run whose process died leaves
+   it, and `recover` undoes what it did.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from gpuops.runbooks.arguments import bind_values
 from gpuops.runbooks.bindings import Binding, load_bindings
 from gpuops.runbooks.catalog import CATALOG, ApprovalOutput, CheckResult
 from gpuops.runbooks.context import StepContext
+from gpuops.runbooks.journal import Journal, forget_journal, read_journal
 from gpuops.runbooks.loader import LoadedRunbook
 from gpuops.runbooks.located import dotted
 from gpuops.runbooks.plan import Plan, PlannedStep, RunRecord, StepRecord, run_markdown
@@ -192,8 +196,10 @@ async def execute(runbook: Runbook, given: Mapping[str, Any], services: Services
             record.message = f"{len(plan.changes())} change(s) planned"
             record.outputs = {s.name: s.output for s in plan.steps if s.output is not None}
         else:
+            journal = Journal(services.run_id, runbook.name)
             async with recording_actions():
-                await _run(runbook, values, services, plan, record)
+                await _run(runbook, values, services, plan, record, journal)
+            await journal.close()  # every outcome compensated as it said: nothing left
     finally:
         if publish:
             await acreate_markdown_artifact(markdown=run_markdown(record, plan),
@@ -202,7 +208,7 @@ async def execute(runbook: Runbook, given: Mapping[str, Any], services: Services
 
 
 async def _run(runbook: Runbook, values: Mapping[str, Any], services: Services, plan: Plan,
-               record: RunRecord) -> None:
+               record: RunRecord, journal: Journal) -> None:
     outputs: dict[str, Any] = {}
     done: list[tuple[Step, dict[str, Any]]] = []  # steps with an undo, in the order done
     for i, step in enumerate(runbook.steps):
@@ -216,6 +222,9 @@ async def _run(runbook: Runbook, values: Mapping[str, Any], services: Services, 
                 continue
             retries = (step.retry.attempts - 1) if step.retry else 0
             delay = step.retry.delay if step.retry else 0
+            if step.undo is not None:  # written before the step: a dead run can be undone
+                await journal.will_run(step.name, step.undo.action,
+                                       _undo_args(step, f"{where}.undo", context))
             args, output = await _call(step, step.name, runbook, services, context,
                                        where=where, plan=plan, retries=retries, delay=delay)
         except Exception as e:  # noqa: BLE001 - any failure is compensated, then reported
@@ -231,6 +240,8 @@ async def _run(runbook: Runbook, values: Mapping[str, Any], services: Services, 
                                        time.monotonic() - started, _summary(output)))
         if step.undo is not None:
             done.append((step, output))
+            after = context_for(runbook, values, outputs, False)
+            await journal.ran(step.name, _undo_args(step, f"{where}.undo", after) or {})
         if step.action == APPROVAL:
             answer = ApprovalOutput.model_validate(output)
             if not answer.approved:
@@ -299,6 +310,48 @@ async def _compensate(runbook: Runbook, values: Mapping[str, Any], outputs: Mapp
         except Exception as e:  # noqa: BLE001 - recorded; the other undos go on
             record.steps.append(StepRecord(name, step.undo.action, {}, "undo-failed",
                                            time.monotonic() - started, _describe(e)))
+
+
+def _undo_args(step: Step, where: str, context: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The step's undo call rendered in `context`; None when it cannot be yet (it reads
+    the step's own output)."""
+    assert step.undo is not None
+    try:
+        return _args(step.undo, where, context).model_dump()
+    except StepError:
+        return None
+
+
+async def recover(run_id: str, services: Services) -> list[StepRecord]:
+    """Undo what a run that died mid-way left, from its journal, last first; the journal
+    goes once every undo held. Empty: nothing was left to undo."""
+    journal = await read_journal(run_id)
+    if journal is None:
+        return []
+    records: list[StepRecord] = []
+    failed = False
+    for entry in reversed(journal.get("undo") or []):
+        name, action, args = f"undo-{entry['step']}", entry["action"], entry.get("args")
+        if args is None:
+            records.append(StepRecord(name, action, {}, "skipped", detail="its undo reads "
+                                      "the step's output, which died with the run"))
+            continue
+        spec = CATALOG.get(action)
+        started = time.monotonic()
+        try:
+            assert spec is not None
+            ctx = StepContext(kube=services.kube, dry_run=False,
+                              runbook=str(journal.get("runbook")), step=name, run_id=run_id)
+            output = await _binding(action).run(ctx, spec.args.model_validate(args))
+            records.append(StepRecord(name, action, args, "undone",
+                                      time.monotonic() - started, _summary(output.model_dump())))
+        except Exception as e:  # noqa: BLE001 - recorded; the other undos go on
+            failed = True
+            records.append(StepRecord(name, action, args, "undo-failed",
+                                      time.monotonic() - started, _describe(e)))
+    if not failed:
+        await forget_journal(run_id)
+    return records
 
 
 def _describe(error: BaseException) -> str:
