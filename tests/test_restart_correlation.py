@@ -158,3 +158,19 @@ def test_the_watcher_reads_the_gpu_of_an_xid_in_the_drivers_own_words():
     found = xids_from({"metadata": {}}, events)
     assert [(x.xid, x.pci_bus_id, x.gpu) for x in found] == [(79, "0000:3b:00", None),
                                                              (13, "", 3)]
+
+
+def test_the_watcher_takes_the_pods_gpus_from_the_schedulers_record():
+    from gpuops.sensors.evidence_capture import gpus_from, xids_from
+    from gpuops.tasks.restarts.evidence import KubeEvent
+    pod = {"metadata": {"annotations": {"gpuops.io/gpu-index": "0,3"}}}
+    assert [g.index for g in gpus_from(pod)] == [0, 3]
+    assert gpus_from({"metadata": {}}) == []
+    assert gpus_from({"metadata": {"annotations": {"gpuops.io/gpu-index": "0,x"}}}) == []
+    exporter = KubeEvent(reason="GPUXid", message="Xid 79: GPU has fallen off the bus "
+                                                  "(GPU 3, PCI 0000:5D:00.0)")
+    node = {"metadata": {"annotations": {"sim.gpuops.io/xid-events": '[{"xid": 48, "gpu": 1, '
+                                         '"pciBusId": "0000:2A:00.0"}]'}}}
+    found = xids_from(node, [exporter])
+    assert [(x.xid, x.gpu, x.pci_bus_id) for x in found] == [(79, 3, "0000:5D:00.0"),
+                                                             (48, 1, "0000:2A:00.0")]

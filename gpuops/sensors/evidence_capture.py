@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuops.common.annotations import gpuops_annotations
+from gpuops.common.annotations import GPU_INDEX, gpuops_annotations
 from gpuops.common.errors import KubeError, KubeNotFound
 from gpuops.common.redact import pod_env_secrets, redact, redact_text
 from gpuops.sensors.job_failures import owning_workload
@@ -28,6 +28,7 @@ from gpuops.tasks.restarts.evidence import (
     RestartEvidence,
     TerminatedState,
     Workload,
+    GpuDevice,
     XidEvent,
 )
 
@@ -68,23 +69,37 @@ def xids_from(node: dict[str, Any], node_events: list[KubeEvent]) -> list[XidEve
         m = re.search(r"\bXid\s*(?:\(PCI:[0-9a-fA-F:.]+\))?[\s:(]*(\d+)", ev.message)
         if m:
             gpu = re.search(r"GPU[\s-]*(\d+)", ev.message)
-            # the driver's own form, `NVRM: Xid (PCI:0000:3b:00): 79`: which GPU, by bus id
-            bus = re.search(r"\(PCI:([0-9a-fA-F:.]+)\)", ev.message)
+            # which GPU, by bus id: the driver's `NVRM: Xid (PCI:0000:3b:00): 79`, or an
+            # exporter's `(GPU 3, PCI 0000:5D:00.0)`
+            bus = re.search(r"\(PCI:([0-9a-fA-F:.]+)\)|\bPCI ([0-9a-fA-F]{4,8}:[0-9a-fA-F:.]+)",
+                            ev.message)
             found.append(XidEvent(xid=int(m.group(1)), gpu=int(gpu.group(1)) if gpu else None,
-                                  pci_bus_id=bus.group(1) if bus else "",
+                                  pci_bus_id=(bus.group(1) or bus.group(2)) if bus else "",
                                   time=ev.last_seen, message=ev.message))
     for key, value in ((node.get("metadata") or {}).get("annotations") or {}).items():
         if key.endswith("/xid-events"):
             try:
                 for item in json.loads(value):
                     found.append(XidEvent(xid=int(item["xid"]), gpu=item.get("gpu"),
-                                          pci_bus_id=str(item.get("pci_bus_id") or ""),
+                                          pci_bus_id=str(item.get("pciBusId")
+                                                         or item.get("pci_bus_id") or ""),
                                           time=str(item.get("time")) if item.get("time") else None,
                                           message=str(item.get("message", ""))))
             except (ValueError, KeyError, TypeError):
                 log.warning("unreadable Xid annotation %s on node %s", key,
                             node["metadata"].get("name"))
     return found
+
+
+def gpus_from(pod: dict[str, Any]) -> list[GpuDevice]:
+    """The GPUs the pod was given, by index, as the scheduler recorded them
+    (`gpuops.io/gpu-index`: "3", "0,1"); empty when not recorded (then every Xid of the
+    node may be the container's). Only what the pod itself shows: no node-local API."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_INDEX) or ""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        return []
+    return [GpuDevice(index=int(p)) for p in parts]
 
 
 def _rolling_out(owner: dict[str, Any]) -> bool:
@@ -175,7 +190,8 @@ class EvidenceCapture:
                                            reason=c.get("reason", ""),
                                            message=c.get("message", ""))
                              for c in (node.get("status") or {}).get("conditions") or []],
-            node_xids=xids_from(node, node_events), observed_at=observed_at,
+            node_xids=xids_from(node, node_events), gpus=gpus_from(pod),
+            observed_at=observed_at,
             captured_at=_now(), restarts_missed=restart.missed)
         # Defence in depth: no value this pod may print leaves in any field.
         return RestartEvidence.model_validate(redact(evidence.model_dump(), secrets))
