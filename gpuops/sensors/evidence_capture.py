@@ -23,12 +23,12 @@ from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.restarts.evidence import (
     Condition,
     ContainerState,
+    GpuDevice,
     KubeEvent,
     PodCondition,
     RestartEvidence,
     TerminatedState,
     Workload,
-    GpuDevice,
     XidEvent,
 )
 
