@@ -379,8 +379,8 @@ steps:
     assert trigger.parameters == {"node": "{{ event.resource['gpuops.node'] }}"}
 
 
-def test_every_declared_action_is_bound_but_the_node_pool_resize():
-    assert set(CATALOG) - set(load_bindings()) == {"scale-node-pool"}
+def test_every_declared_action_is_bound():
+    assert set(CATALOG) == set(load_bindings())
 
 
 def test_flow_backed_actions_name_deployments_gpuops_serves():

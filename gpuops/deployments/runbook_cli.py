@@ -135,6 +135,8 @@ def run(
     cluster_block: Annotated[str, typer.Option(help="KubernetesCluster Block.")] = "",
     slack_block: Annotated[str, typer.Option(help="SlackConnection Block.")] = "",
     policy_block: Annotated[str, typer.Option(help="ApprovalPolicy Block.")] = "",
+    capacity_block: Annotated[str, typer.Option(help="CapacityConfig Block (pools).")] = "",
+    aws_block: Annotated[str, typer.Option(help="AwsConnection Block.")] = "",
     file: ExtraOption = None,
 ) -> None:
     """Run a runbook here, as a flow run on the Prefect server (its steps are task runs);
@@ -156,7 +158,8 @@ def run(
     values = {k: given[k] if loaded.runbook.parameters[k].type == "duration" else typed[k]
               for k in given}
     engine = {"dry_run": dry_run, "cluster_block": cluster_block, "slack_block": slack_block,
-              "policy_block": policy_block}
+              "policy_block": policy_block, "capacity_block": capacity_block,
+              "aws_block": aws_block}
     state: Any
     if served:
         state = asyncio.run(_run_served(f"{name}/runbook", {

@@ -20,7 +20,8 @@ from prefect.runtime import flow_run as runtime_flow_run
 from prefect.states import Completed, Failed, State
 from pydantic import Field
 
-from gpuops.blocks.connections import KubernetesCluster, SlackConnection
+from gpuops.blocks.capacity import CapacityConfig
+from gpuops.blocks.connections import AwsConnection, KubernetesCluster, SlackConnection
 from gpuops.blocks.loading import load_block
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.runbooks.arguments import annotation
@@ -29,15 +30,19 @@ from gpuops.runbooks.loader import LoadedRunbook, load_files, shipped_files
 from gpuops.runbooks.plan import RunRecord
 from gpuops.runbooks.registry import Registry
 from gpuops.runbooks.schema import Runbook
+from gpuops.tasks.clients.aws import Aws
 
 DEPLOYMENT = "runbook"  # each runbook's deployment is `<runbook>/runbook`
 ENTRYPOINT_PREFIX = "runbook_"
 PEOPLE_ACTIONS = ("slack-post", "request-approval")
+POOL_ACTIONS = ("scale-node-pool",)
 ENGINE_PARAMETERS: dict[str, tuple[type, Any, str]] = {
     "dry_run": (bool, False, "Plan from live state and report; change nothing."),
     "cluster_block": (str, "", "The KubernetesCluster Block (empty: settings)."),
     "slack_block": (str, "", "The SlackConnection Block (empty: settings)."),
     "policy_block": (str, "", "The ApprovalPolicy Block (empty: settings)."),
+    "capacity_block": (str, "", "The CapacityConfig Block: its pools (empty: settings)."),
+    "aws_block": (str, "", "The AwsConnection Block (empty: settings)."),
 }
 
 
@@ -49,13 +54,15 @@ def _calls(runbook: Runbook) -> Iterable[str]:
             yield step.undo.action
 
 
-def needs_people(runbook: Runbook, runbooks: Registry[LoadedRunbook] | None) -> bool:
-    """Does the runbook (or one it runs) post to Slack or ask for approval?"""
-    if any(action in PEOPLE_ACTIONS for action in _calls(runbook)):
+def uses(runbook: Runbook, runbooks: Registry[LoadedRunbook] | None,
+         actions: tuple[str, ...], depth: int = 0) -> bool:
+    """Does the runbook (or one it runs) call any of `actions`? (Its Blocks are loaded
+    only then: a runbook that posts nothing needs no Slack.)"""
+    if any(action in actions for action in _calls(runbook)):
         return True
     inner = [str(s.args.get("runbook")) for s in runbook.steps if s.action == "run-runbook"]
-    return runbooks is not None and any(
-        needs_people(loaded.runbook, None) for name in inner
+    return runbooks is not None and depth < 8 and any(
+        uses(loaded.runbook, runbooks, actions, depth + 1) for name in inner
         if (loaded := runbooks.get(name)) is not None)
 
 
@@ -99,13 +106,18 @@ def runbook_flow(loaded: LoadedRunbook, runbooks: Registry[LoadedRunbook] | None
         engine = {name: values.pop(name) for name in ENGINE_PARAMETERS}
         dry_run = bool(engine["dry_run"])
         cluster = await load_block(KubernetesCluster, engine["cluster_block"])
-        slack = policy = None
-        if not dry_run and needs_people(runbook, runbooks):
+        slack = policy = capacity = aws = None
+        if not dry_run and uses(runbook, runbooks, PEOPLE_ACTIONS):
             slack = await load_block(SlackConnection, engine["slack_block"])
             policy = await load_block(ApprovalPolicy, engine["policy_block"])
+        if uses(runbook, runbooks, POOL_ACTIONS):  # the dry run reads the pools too
+            capacity = await load_block(CapacityConfig, engine["capacity_block"])
+            aws = Aws.from_connection(await load_block(AwsConnection, engine["aws_block"]))
         services = Services(cluster.kube(), slack, policy, runbooks,
                             str(runtime_flow_run.id or ""),
-                            {k: v for k, v in engine.items() if k != "dry_run" and v})
+                            {k: v for k, v in engine.items()
+                             if k in ("cluster_block", "slack_block", "policy_block") and v},
+                            capacity=capacity, aws=aws)
         given = {k: v for k, v in values.items() if v is not None}
         return state_of(await execute(runbook, given, services, dry_run=dry_run))
 

@@ -7,8 +7,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuops.blocks.capacity import CapacityConfig
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.tasks.clients.aws import Aws
 from gpuops.tasks.clients.kube import Kube
 
 # (runbook name, parameters, dry run) -> that run's outcome and its steps' outputs
@@ -27,6 +29,8 @@ class StepContext:
     slack: SlackConnection | None = None
     policy: ApprovalPolicy | None = None
     run_runbook: RunRunbook | None = None
+    capacity: CapacityConfig | None = None  # the pools scale-node-pool may size
+    aws: Aws | None = None
     deployment_parameters: Mapping[str, Any] = field(default_factory=dict)
 
     def need_slack(self) -> SlackConnection:

@@ -30,6 +30,7 @@ from prefect.artifacts import acreate_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ValidationError
 
+from gpuops.blocks.capacity import CapacityConfig
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.errors import GpuopsError, PermanentError
@@ -45,6 +46,7 @@ from gpuops.runbooks.registry import Registry
 from gpuops.runbooks.schema import Call, Runbook, Step
 from gpuops.runbooks.templates import evaluate, render_value
 from gpuops.tasks.actions.perform import recording_actions
+from gpuops.tasks.clients.aws import Aws
 from gpuops.tasks.clients.kube import Kube
 
 APPROVAL = "request-approval"
@@ -66,6 +68,8 @@ class Services:
     run_id: str = ""
     deployment_parameters: Mapping[str, Any] = field(default_factory=dict)
     depth: int = 0
+    capacity: CapacityConfig | None = None
+    aws: Aws | None = None
 
 
 def context_for(runbook: Runbook, values: Mapping[str, Any], outputs: Mapping[str, Any],
@@ -114,7 +118,8 @@ def _step_context(runbook: Runbook, services: Services, dry_run: bool, step: str
                        run_id=services.run_id, plan=plan.text() if plan else "",
                        targets=plan.targets() if plan else (), slack=services.slack,
                        policy=services.policy, run_runbook=_inner_runner(services),
-                       deployment_parameters=services.deployment_parameters)
+                       deployment_parameters=services.deployment_parameters,
+                       capacity=services.capacity, aws=services.aws)
 
 
 async def check_preconditions(runbook: Runbook, values: Mapping[str, Any],
@@ -372,7 +377,8 @@ def _inner_runner(services: Services) -> Any:
         if services.depth >= 8:
             raise PermanentError("runbooks nested more than 8 deep")
         inner = Services(services.kube, services.slack, services.policy, services.runbooks,
-                         services.run_id, services.deployment_parameters, services.depth + 1)
+                         services.run_id, services.deployment_parameters, services.depth + 1,
+                         services.capacity, services.aws)
         result = await execute(loaded.runbook, params, inner, dry_run=dry_run, publish=False)
         return {"outcome": result.outcome, "steps": result.outputs}
     return run_inner
