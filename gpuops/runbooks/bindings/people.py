@@ -36,9 +36,10 @@ async def predict_slack_post(ctx: StepContext, args: SlackPostArgs) -> Predictio
                       (f"post to {args.channel}: {first[:120]}",))
 
 
-def approval_key(step: str) -> str:
-    """A flow run input key per step (letters, digits and dashes only)."""
-    return "approval-" + step.replace("_", "-")
+def approval_key(runbook: str, step: str) -> str:
+    """A flow run input key per runbook and step (letters, digits and dashes only): a
+    runbook run by another asks in the same flow run, under its own key."""
+    return f"approval-{runbook}-{step.replace('_', '-')}"
 
 
 @runs("request-approval")
@@ -49,7 +50,7 @@ async def ask_approval(ctx: StepContext, args: ApprovalArgs) -> ApprovalOutput:
                               reason=args.reason or f"runbook {ctx.runbook}", plan=ctx.plan,
                               targets=ctx.targets)
     answer = await request_approval(request, policy=ctx.policy, slack_conn=ctx.need_slack(),
-                                    key=approval_key(ctx.step))
+                                    key=approval_key(ctx.runbook, ctx.step))
     return ApprovalOutput(approved=answer.approved, approver=answer.approver,
                           comment=answer.comment)
 

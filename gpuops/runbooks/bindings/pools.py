@@ -48,12 +48,12 @@ def _plan(ctx: StepContext, args: ScalePoolArgs) -> tuple[GroupScaling, SafeActi
     else:
         raise PermanentError(f"pool {pool.name!r} is held by placeholder pods, which the "
                              "capacity plan sizes; a runbook resizes node groups only")
-    if not group.min_size <= args.size <= group.max_size and pool.backing == "asg":
-        raise LimitViolation(f"{args.size} is outside {pool.group_name}'s "
-                             f"[{group.min_size}, {group.max_size}]", field="size")
     if args.size > group.max_size:
         raise LimitViolation(f"{args.size} is above {pool.group_name}'s maxSize "
                              f"{group.max_size}", field="size")
+    if pool.backing == "asg" and args.size < group.min_size:  # EKS: the new minSize itself
+        raise LimitViolation(f"{args.size} is below {pool.group_name}'s MinSize "
+                             f"{group.min_size}", field="size")
     return group, action
 
 
