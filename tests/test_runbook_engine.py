@@ -114,6 +114,16 @@ def _terminating(v1: client.CoreV1Api, name: str) -> bool:
         return e.status == 404
 
 
+async def _task_run_names(state: Any) -> list[str]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.client.schemas.sorting import TaskRunSort
+
+    async with get_client() as c:
+        runs = await c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(
+            any_=[state.state_details.flow_run_id])), sort=TaskRunSort.EXPECTED_START_TIME_ASC)
+    return [r.name for r in runs]
+
+
 async def _artifact_of(state: Any) -> str:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
@@ -284,6 +294,8 @@ def test_a_failing_step_undoes_the_done_steps_last_first(cluster):
     rows = [line.split("|")[1].strip() for line in steps.splitlines()
             if line.startswith("| ") and "`" in line]
     assert rows == ["cordon", "taint", "empty", "undo-taint", "undo-cordon"]
+    assert asyncio.run(_task_run_names(state)) == [
+        "cordon", "taint", "empty", "undo-taint", "undo-cordon"]  # one task run per step
     # Compensated as it went: no journal is left for `recover`.
     assert asyncio.run(read_journal(str(state.state_details.flow_run_id))) is None
 
