@@ -245,3 +245,27 @@ def test_runbooks_bench_reports_every_figure(capsys):
     assert {"validate_ms_per_runbook", "located_error_pct", "right_line_pct", "tracebacks",
             "missed", "valid_accepted_pct"} <= set(figures)
     assert figures["valid_accepted_pct"] == 100.0 and figures["tracebacks"] == 0
+
+
+def test_a_runbook_dropped_in_the_runbooks_folder_is_listed_and_served(tmp_path, monkeypatch):
+    from gpuops.flows.run_runbook import runbook_deployments
+
+    (tmp_path / "mine.yaml").write_text(
+        "name: mine\nsteps:\n  - {name: s, action: node-exists, args: {node: n1}}\n")
+    monkeypatch.setenv("GPUOPS_RUNBOOKS_DIR", str(tmp_path))
+    result = runner.invoke(app, ["runbook", "list"])
+    assert result.exit_code == 0, result.output
+    assert "mine (): " in result.stdout
+    assert "mine/runbook" in {f"{d.flow_name}/{d.name}" for d in runbook_deployments()}
+
+
+def test_a_broken_runbook_in_the_folder_is_reported_where_it_is(tmp_path, monkeypatch):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: broken\nsteps:\n  - {name: s, action: node-exist, args: {}}\n")
+    monkeypatch.setenv("GPUOPS_RUNBOOKS_DIR", str(tmp_path))
+    result = runner.invoke(app, ["runbook", "validate"])
+    assert result.exit_code == 1
+    assert f"{path}:3:23: steps[0].action: unknown action 'node-exist'; did you mean " \
+        "'node-exists'?" in result.stderr
+    listed = runner.invoke(app, ["runbook", "list"])
+    assert listed.exit_code == 2 and f"{path}:3:23: steps[0].action" in listed.stderr

@@ -87,6 +87,14 @@ class PrometheusSettings(BaseSettings):
     url: str = Field("http://127.0.0.1:9090", description="Prometheus HTTP API base URL.")
 
 
+class RunbookSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUOPS_RUNBOOKS_", extra="ignore")
+
+    dir: Path | None = Field(None, description="A folder of runbooks (`*.yaml`), validated "
+                             "with the shipped ones and served beside them by `gpuops up`; "
+                             "one with any problem stops them all from loading.")
+
+
 class UpSettings(BaseSettings):
     """Defaults of `gpuops up`; every field can be set as `GPUOPS_<FIELD>` in the environment,
     and the command line's options go over them (`load_up_settings`). The cluster's name is

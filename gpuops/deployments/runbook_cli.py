@@ -20,16 +20,19 @@ runbook_app = typer.Typer(
 @runbook_app.command("validate")
 def validate(
     files: Annotated[list[Path] | None, typer.Argument(
-        help="Runbook files (YAML). [default: the shipped runbooks]", show_default=False)]
+        help="Runbook files (YAML). [default: the shipped runbooks and those in "
+             "$GPUOPS_RUNBOOKS_DIR]", show_default=False)]
         = None,
 ) -> None:
     """Check runbooks completely: every problem as `file:line:col: field: message` with the
     line it is on; exit status 1 when there is any, 0 and `ok` for each runbook otherwise."""
-    from gpuops.runbooks.loader import RunbookInvalid, load_files, shipped_files
+    from gpuops.flows.run_runbook import runbook_files
+    from gpuops.runbooks.loader import RunbookInvalid, load_files
 
-    paths = list(files or shipped_files())
+    known = runbook_files()
+    paths = list(files or known)
     try:
-        loaded = load_files(paths, known=shipped_files())
+        loaded = load_files(paths, known=known)
     except RunbookInvalid as e:
         for problem in e.problems:
             typer.echo(problem.render(), err=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from prefect import Flow
@@ -24,6 +25,7 @@ from gpuops.blocks.capacity import CapacityConfig
 from gpuops.blocks.connections import AwsConnection, KubernetesCluster, SlackConnection
 from gpuops.blocks.loading import load_block
 from gpuops.blocks.policy import ApprovalPolicy
+from gpuops.common.settings import RunbookSettings, get_settings
 from gpuops.runbooks.arguments import annotation
 from gpuops.runbooks.engine import Services, execute
 from gpuops.runbooks.loader import LoadedRunbook, load_files, shipped_files
@@ -135,8 +137,8 @@ def entrypoint_name(runbook: str) -> str:
 
 
 def __getattr__(name: str) -> Any:
-    """`runbook_drain_gpu_node` -> the flow of the shipped runbook drain-gpu-node (built
-    when asked: nothing is read at import)."""
+    """`runbook_drain_gpu_node` -> the flow of runbook drain-gpu-node, shipped or in the
+    runbooks folder (built when asked: nothing is read at import)."""
     if name.startswith(ENTRYPOINT_PREFIX):
         runbooks = load_runbooks()
         for runbook, loaded in runbooks.items():
@@ -145,9 +147,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def runbook_files() -> list[Path]:
+    """The shipped runbooks and those in `GPUOPS_RUNBOOKS_DIR`."""
+    folder = get_settings(RunbookSettings).dir
+    return [*shipped_files(), *(sorted(folder.glob("*.yaml")) if folder else [])]
+
+
 def load_runbooks(paths: Iterable[Any] = ()) -> Registry[LoadedRunbook]:
-    """The shipped runbooks and those in `paths` (all validated together)."""
-    return load_files([*shipped_files(), *paths])
+    """The runbooks of `runbook_files()` and those in `paths`, all validated together."""
+    files = runbook_files()
+    return load_files([*files, *(p for p in paths if Path(p) not in files)])
 
 
 def runbook_deployments(runbooks: Registry[LoadedRunbook] | None = None,
