@@ -240,10 +240,11 @@ def test_every_action_declares_argument_and_output_models():
 def test_runbooks_bench_reports_every_figure(capsys):
     from gpuops.bench import runbooks as bench
 
-    bench.main(json_output=True, count=5, malformed=20, seed=3)
+    bench.main(json_output=True, count=5, malformed=20, seed=3, random_edits=20)
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert {"validate_ms_per_runbook", "located_error_pct", "right_line_pct", "tracebacks",
-            "missed", "valid_accepted_pct"} <= set(figures)
+    assert {"validate_ms_per_runbook", "validate_ms_cold", "located_error_pct",
+            "right_line_pct", "tracebacks", "missed", "valid_accepted_pct",
+            "random_edits_tracebacks", "random_edits_located_pct"} <= set(figures)
     assert figures["valid_accepted_pct"] == 100.0 and figures["tracebacks"] == 0
 
 

@@ -9,10 +9,16 @@ Generated, seeded corpora (no file is read):
   name or output that is not there, a `when:` that is not an expression, a default of the
   wrong type, a literal argument of the wrong type, a duplicate key, a line indented wrong).
 
+`validate_ms_per_runbook` is with the template cache warm (templates repeat across
+runbooks, as they do in a folder of them); `validate_ms_cold` empties it before each of 50.
+
 Figures (last line, one JSON object): `validate_ms_per_runbook`, `valid_accepted_pct` (valid
 runbooks that loaded), `located_error_pct` (malformed ones refused with a problem that has
 a line), `right_line_pct` (... whose problems include the mistake's own line), `tracebacks`
-(anything but a located refusal), `missed` (malformed ones accepted), `by_kind`.
+(anything but a located refusal), `missed` (malformed ones accepted), `by_kind`; and
+`random_edits` blind edits of the valid ones (lines dropped, doubled, re-indented,
+characters cut): `random_edits_refused`, `random_edits_located_pct` (refusals whose every
+problem has a line), `random_edits_tracebacks`.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuops.runbooks.loader import RunbookInvalid, load_texts
+from gpuops.runbooks.templates import parse_template
 
 Line = tuple[str, str]  # (text, kind): the kind says which mistakes fit the line
 
@@ -139,7 +146,29 @@ def malformed_runbook(i: int, rng: random.Random) -> tuple[str, int, str]:
         return "\n".join(texts) + "\n", n + 1, kind
 
 
-def run(count: int = 1000, malformed: int = 200, seed: int = 15) -> dict[str, Any]:
+def random_mutation(text: str, rng: random.Random) -> str:
+    """One to three blind edits (a line dropped, doubled, re-indented, a character cut, a
+    colon doubled): no known right line, only "never a traceback"."""
+    lines = text.splitlines()
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(len(lines))
+        kind = rng.choice(["drop", "double", "indent", "cut", "colon"])
+        if kind == "drop" and len(lines) > 1:
+            del lines[i]
+        elif kind == "double":
+            lines.insert(i, lines[i])
+        elif kind == "indent":
+            lines[i] = "  " + lines[i]
+        elif kind == "cut" and lines[i]:
+            j = rng.randrange(len(lines[i]))
+            lines[i] = lines[i][:j] + lines[i][j + 1:]
+        else:
+            lines[i] = lines[i].replace(": ", ":: ", 1)
+    return "\n".join(lines) + "\n"
+
+
+def run(count: int = 1000, malformed: int = 200, seed: int = 15,
+        random_edits: int = 1000) -> dict[str, Any]:
     rng = random.Random(seed)
     valid = ["\n".join(t for t, _ in valid_runbook(i, rng)) + "\n" for i in range(count)]
     accepted = 0
@@ -151,6 +180,12 @@ def run(count: int = 1000, malformed: int = 200, seed: int = 15) -> dict[str, An
         except RunbookInvalid:
             pass
     per_runbook_ms = (time.perf_counter() - started) * 1000 / max(count, 1)
+    cold = valid[:50]  # each with the template cache emptied: a runbook seen alone
+    started = time.perf_counter()
+    for i, text in enumerate(cold):
+        parse_template.cache_clear()
+        load_texts([(f"cold-{i}.yaml", text)])
+    cold_ms = (time.perf_counter() - started) * 1000 / max(len(cold), 1)
     located = right = tracebacks = missed = 0
     by_kind: dict[str, dict[str, int]] = {}
     for i in range(malformed):
@@ -169,17 +204,31 @@ def run(count: int = 1000, malformed: int = 200, seed: int = 15) -> dict[str, An
                 tally["right_line"] += 1
         except Exception:  # noqa: BLE001 - counting them is the point
             tracebacks += 1
+    blind_tracebacks = blind_located = blind_refused = 0
+    for i in range(random_edits):
+        text = random_mutation(valid[i % max(len(valid), 1)] if valid else "", rng)
+        try:
+            load_texts([(f"edit-{i}.yaml", text)])
+        except RunbookInvalid as e:
+            blind_refused += 1
+            blind_located += all(p.line is not None for p in e.problems)
+        except Exception:  # noqa: BLE001 - counting them is the point
+            blind_tracebacks += 1
     total = max(malformed, 1)
     return {"validate_ms_per_runbook": round(per_runbook_ms, 3), "runbooks": count,
+            "validate_ms_cold": round(cold_ms, 3),
             "valid_accepted_pct": round(100 * accepted / max(count, 1), 2),
             "malformed": malformed, "located_error_pct": round(100 * located / total, 2),
             "right_line_pct": round(100 * right / total, 2), "tracebacks": tracebacks,
-            "missed": missed, "by_kind": by_kind}
+            "missed": missed, "by_kind": by_kind, "random_edits": random_edits,
+            "random_edits_refused": blind_refused,
+            "random_edits_located_pct": round(100 * blind_located / max(blind_refused, 1), 2),
+            "random_edits_tracebacks": blind_tracebacks}
 
 
 def main(json_output: bool = False, count: int = 1000, malformed: int = 200,
-         seed: int = 15) -> None:
-    figures = run(count, malformed, seed)
+         seed: int = 15, random_edits: int = 1000) -> None:
+    figures = run(count, malformed, seed, random_edits)
     if not json_output:
         for key, value in figures.items():
             if key != "by_kind":
