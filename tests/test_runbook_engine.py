@@ -531,3 +531,38 @@ def test_a_run_killed_mid_way_is_undone_by_recover(cluster, tmp_path: Path):
     again = runner.invoke(app, ["runbook", "recover", journal["flow_run"],
                                 "--cluster-block", blocks["cluster_block"]])
     assert again.stdout.strip() == f"nothing to undo for run {journal['flow_run']}"
+
+
+TRIGGERED = """\
+name: cordon-on-test-event
+parameters: {node: {type: node, required: true}}
+trigger:
+  event: gpuops.node.test-fault
+  match: {gpuops.kind: Node}
+  parameters: {node: "{{ event.resource['prefect.resource.name'] }}"}
+steps:
+  - {name: cordon, action: cordon-node, args: {node: "{{ node }}"}}
+"""
+
+
+def test_a_runbooks_trigger_runs_it_when_its_event_happens(
+        cluster, tmp_path: Path, monkeypatch, serve_deployments):
+    from prefect.events import emit_event
+
+    from gpuops.common.events import k8s_resource
+
+    sim, v1, _ = cluster
+    (tmp_path / "triggered.yaml").write_text(TRIGGERED)
+    # What `gpuops up` exports for the flow runs it serves, and the runbooks folder.
+    monkeypatch.setenv("KUBECONFIG", str(sim.kubeconfig))
+    monkeypatch.setenv("GPUOPS_RUNBOOKS_DIR", str(tmp_path))
+    monkeypatch.setenv("PREFECT_RUNNER_POLL_FREQUENCY", "1")
+    serve_deployments()
+    wait_for(lambda: asyncio.run(_deployed("cordon-on-test-event/runbook")), timeout=90,
+             message="the triggered runbook's deployment")
+    # An event about another kind does not match; the node's does.
+    emit_event("gpuops.node.test-fault", resource=k8s_resource("sim", "Pod", "default", "x"))
+    emit_event("gpuops.node.test-fault", resource=k8s_resource("sim", "Node", None, "gpu-1"))
+    wait_for(lambda: _cordoned(v1, "gpu-1"), timeout=120, interval=1,
+             message="the triggered run to cordon gpu-1")
+    assert not _cordoned(v1, "gpu-2")
