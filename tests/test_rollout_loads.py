@@ -124,3 +124,22 @@ def test_the_timeline_shows_how_busy_the_new_replicas_were_next_to_the_old():
     [row] = timeline_rows([StepResult(1, 1, 4, 4, START, END, verdict)])
     assert row["load per replica new/old"] == "0.05"
     assert "ttft_p90 300 ms (limit 720 ms) n/c" in row["gates"]
+
+
+def test_against_the_old_versions_past_only_the_direction_of_the_loads_counts():
+    from gpuops.tasks.rollout.gates import against_history
+
+    history = against_history(Analysis())
+    # At 100 % the new replicas carry 5 % more than the old ones did at a 5 % step: near
+    # saturation that alone lifts TTFT by 10 % and more, so a slightly worse TTFT proves
+    # nothing (at the 0.8 band of same-time windows it failed a good version)...
+    busier = {**OLD, "requests": 8400.0, "ttft_p90": 0.75}
+    assert judge(Analysis(), window(busier, 4), window(OLD, 4, "old")).status is Status.FAIL
+    verdict = judge(history, window(busier, 4), window(OLD, 4, "old"))
+    assert verdict.status is Status.PASS
+    assert [r.gate.metric for r in verdict.not_comparable] == ["ttft_p90"]
+    # ...but errors do, and so does a worse latency while less busy.
+    failing = {**busier, "error_ratio": 0.08}
+    assert judge(history, window(failing, 4), window(OLD, 4, "old")).status is Status.FAIL
+    lighter = {**OLD, "requests": 7900.0, "ttft_p90": 0.75}
+    assert judge(history, window(lighter, 4), window(OLD, 4, "old")).status is Status.FAIL

@@ -72,6 +72,7 @@ from gpuops.tasks.rollout.gates import (
     Analysis,
     Status,
     Verdict,
+    against_history,
     judge,
     unproven,
     with_comparable_step,
@@ -196,7 +197,8 @@ class Course:
             against = "baseline" if self.stack.baseline_weight else "old"
             if against == "baseline":
                 old_start, old_end = start["baseline"], end["baseline"]
-            verdict = judge(self.analysis, self.stack.window("new", start["new"], end["new"]),
+            analysis = self.analysis if baseline is None else against_history(self.analysis)
+            verdict = judge(analysis, self.stack.window("new", start["new"], end["new"]),
                             self.stack.window(against, old_start, old_end))
             if verdict.status is not Status.WAIT or \
                     self.stack.t - began + self.timing.poll_s > self.timing.step_timeout_s:

@@ -32,7 +32,9 @@ rises, and that is enough to know which comparisons prove something (`load_match
 where the load is the requests each side's serving replicas finished per second in the window.
 A not-comparable gate neither passes nor fails its window; a rollout promotes only once every
 load-dependent gate has passed at a comparable load (`unproven`), and the steps carry a step
-where the loads match (`with_comparable_step`: with as many new replicas as old, 50 %). The
+where the loads match (`with_comparable_step`: with as many new replicas as old, 50 %); a
+window judged against the old version's own past counts the direction only
+(`against_history`). The
 stronger remedy, Kayenta's, compares the new version with a fresh copy of the old of the same
 size and traffic (matched at every step, 1 % included) at the price of that copy's GPUs.
 """
@@ -350,6 +352,18 @@ def unproven(analysis: Analysis, verdicts: Sequence[Verdict]) -> tuple[str, ...]
               for r in v.results if r.proven}
     return tuple(g.metric for g in analysis.gates if isinstance(g, RelativeGate)
                  and FIGURES[g.metric].load_dependent and g.metric not in proven)
+
+
+def against_history(analysis: Analysis) -> Analysis:
+    """The analysis for a window judged against the old version's own past (the 100 % window
+    against the first step's): only the direction of the loads counts (`load_match` 1). Its
+    loads never match by construction — the old version carried 100 - w % then, the new one
+    carries everything now, and demand drifts in between — and near saturation 5 % more load
+    is 10 % more latency, so a latency worse while busier, however slightly, proves nothing;
+    errors, and latency worse while less busy, still fail."""
+    if analysis.load_match is None:
+        return analysis
+    return replace(analysis, load_match=1.0)
 
 
 def step_load_ratio(weight: int, old_replicas: int, new_replicas: int) -> float:

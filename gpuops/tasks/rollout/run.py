@@ -58,7 +58,7 @@ from gpuops.tasks.rollout.actions import (
 from gpuops.tasks.rollout.capacity import capacity_stages, capacity_weight
 from gpuops.tasks.rollout.chart import StepMark, chart_png
 from gpuops.tasks.rollout.derive import served_model
-from gpuops.tasks.rollout.gates import Status, Verdict, judge, unproven
+from gpuops.tasks.rollout.gates import Status, Verdict, against_history, judge, unproven
 from gpuops.tasks.rollout.metrics import SeriesSelector, pool_series
 from gpuops.tasks.rollout.objects import PoolRef, PoolView, ServedApis
 from gpuops.tasks.rollout.preflight import Plan
@@ -354,7 +354,8 @@ class Course:
         for view in (old, new):
             self.pods_seen.setdefault(view.pool.name, set()).update(p.name for p in view.pods)
         old_start, old_end = history or (start, end)
-        return judge(self.spec.analysis, read_window(self.prom, pool_series(new), start, end),
+        analysis = self.spec.analysis if history is None else against_history(self.spec.analysis)
+        return judge(analysis, read_window(self.prom, pool_series(new), start, end),
                      read_window(self.prom, pool_series(old), old_start, old_end))
 
     def chart(self) -> bytes | None:
