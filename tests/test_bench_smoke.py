@@ -18,6 +18,15 @@ def test_sim_scale_bench_lists_every_pod_and_sees_every_update(capsys):
     assert {"list_s", "watch_events_per_s", "server_rss_mb"} <= set(result)
 
 
+def test_sim_scale_bench_pages_the_table_kubectl_reads_and_says_protobuf_is_answered_in_json(
+        capsys):
+    result = sim_scale.main(json_output=True, nodes=5, pods=250, updates=10, page=100)
+    assert result["table_rows"] == 250  # three pages of Table rows, as kubectl get pods -A
+    assert result["protobuf_accept_pods_listed"] == 250
+    assert result["protobuf_accept_answered_as"] == "application/json"
+    assert {"list_table_s", "list_protobuf_accept_s"} <= set(result)
+
+
 def test_capacity_replay_bench_reports_every_policy_and_solve_size(capsys):
     from gpuops.bench import capacity_replay
 
