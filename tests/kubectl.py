@@ -33,13 +33,16 @@ class Tool:
         return {"PATH": os.environ.get("PATH", ""), "HOME": str(self.home),
                 "KUBECONFIG": str(kubeconfig), "NO_COLOR": "1"}
 
-    def run(self, where: _HasKubeconfig | Path, *args: str, timeout: float = 60
-            ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(self.binary), *args], env=self.env(_kubeconfig(where)),
+    def run(self, where: _HasKubeconfig | Path, *args: str, timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """`env` is added to the environment (`KUBE_EDITOR` for `kubectl edit`)."""
+        return subprocess.run([str(self.binary), *args],
+                              env={**self.env(_kubeconfig(where)), **(env or {})},
                               capture_output=True, text=True, timeout=timeout, check=False)
 
-    def __call__(self, where: _HasKubeconfig | Path, *args: str, timeout: float = 60) -> str:
-        done = self.run(where, *args, timeout=timeout)
+    def __call__(self, where: _HasKubeconfig | Path, *args: str, timeout: float = 60,
+                 env: dict[str, str] | None = None) -> str:
+        done = self.run(where, *args, timeout=timeout, env=env)
         if done.returncode != 0:
             raise AssertionError(f"`{self.binary.name} {' '.join(args)}` exited "
                                  f"{done.returncode}: {done.stderr.strip()}")

@@ -101,7 +101,7 @@ def test_default_scenario_serves_two_models_through_inference_pools_and_http_rou
     namespaces = client.CoreV1Api(sim.api).list_namespace().items
     assert {ns.metadata.name: ns.status.phase for ns in namespaces} == {
         "default": "Active", "kube-system": "Active", "inference": "Active",
-        "training": "Active"}
+        "training": "Active", "kube-node-lease": "Active"}  # the kubelets' leases
 
 
 def test_empty_scenario_has_only_the_default_namespace(sim):

@@ -45,6 +45,7 @@ from .core.recorder import Recorder
 from .core.store import Store
 from .core.versions import LoadTimes
 from .kubelet.kubelet import Kubelet
+from .kubelet.nodelease import NodeLeases
 from .metrics.engine import MetricsEngine
 from .metrics.resourcemetrics import ResourceMetricsApi
 from .scenario import ParsedScenario, apply_scenario, parse_scenario, scenario_text
@@ -102,6 +103,7 @@ class SimCluster:
                 Scheduler(store, clock, recorder, knobs.scheduler()),
                 Kubelet(store, clock, recorder, self.logs, self.faults, gpus,
                         knobs.kubelet.config(), load_times),
+                NodeLeases(store, clock),
             ]
             owners = OwnerIndex(store)
             self.controllers += self._controller_manager(owners)

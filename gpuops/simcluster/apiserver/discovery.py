@@ -27,11 +27,16 @@ VERSION_INFO = {"major": "1", "minor": "33", "gitVersion": "v1.33.0-simcluster",
 # Subresources whose kind differs from the parent's: (kind, group, version).
 _SUBRESOURCE_KINDS = {"eviction": ("Eviction", "policy", "v1"), "binding": ("Binding", "", "v1"),
                       "scale": ("Scale", "autoscaling", "v1"),
-                      "proxy": ("PodProxyOptions", "", "v1")}
+                      "proxy": ("PodProxyOptions", "", "v1"),
+                      "exec": ("PodExecOptions", "", "v1"),
+                      "attach": ("PodAttachOptions", "", "v1"),
+                      "portforward": ("PodPortForwardOptions", "", "v1")}
 _SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "scale": ["get", "patch", "update"],
                       "log": ["get"], "eviction": ["create"], "binding": ["create"],
                       "finalize": ["update"],
-                      "proxy": ["create", "delete", "get", "patch", "update"]}
+                      "proxy": ["create", "delete", "get", "patch", "update"],
+                      "exec": ["create", "get"], "attach": ["create", "get"],
+                      "portforward": ["create", "get"]}
 
 
 def api_versions(server_address: str) -> dict[str, Any]:

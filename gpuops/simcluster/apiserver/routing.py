@@ -14,8 +14,11 @@ from ..core.resources import ResourceRegistry, ResourceType
 
 
 def not_found(what: str = "") -> errors.ApiError:
+    """A path that names nothing. Its Status carries empty details, as kube-apiserver's does:
+    kubectl tells a missing route from a missing object by them (`kubectl debug` reads
+    `details.name` without a nil check)."""
     return errors.ApiError(404, "NotFound", "the server could not find the requested "
-                           f"resource{f' ({what})' if what else ''}")
+                           f"resource{f' ({what})' if what else ''}", details={})
 
 
 @dataclass

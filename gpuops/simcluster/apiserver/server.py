@@ -3,7 +3,8 @@
 Only the HTTP shape lives here; semantics (versions, conflicts, watch history) are the
 store's, what differs per resource its strategy's (`core/registry/`, through
 `core/admission.py`), lists are `lists.py`'s, watches `watch.py`'s, deletion `deletion.py`'s,
-pod subresources (log, eviction, binding, proxy) `pods.py`'s; the form a read answers in
+pod subresources (log, eviction, binding, proxy) `pods.py`'s (exec, attach, portforward
+`streaming.py`'s refusal); the form a read answers in
 (JSON, a Table of `printers/`, PartialObjectMetadata) `views.py`'s; the OpenAPI documents and
 the unknown-field check of `fieldValidation` `openapi/`'s; who owns which field
 (`managedFields`, server-side apply) `managedfields.py`'s. A dry run (`dryRun=All`) takes the
@@ -29,7 +30,7 @@ from ..core.patching import apply_patch
 from ..core.podproxy import PodProxy
 from ..core.resources import ResourceType
 from ..core.store import Store
-from . import access, discovery, tables, views
+from . import access, discovery, streaming, tables, views
 from .codecs import check_kind, dry_run, error_response, json_response, read_body
 from .deletion import Deletion
 from .faults import ApiFaults, register_api_faults
@@ -171,6 +172,9 @@ class ApiServer:
                                   dry_run=dry)
         elif t.subresource == "proxy":
             return await self.pods.proxy(request, t.namespace or "", t.name, t.proxy_path)
+        elif t.subresource in streaming.STREAMING and method in ("GET", "POST"):
+            raise streaming.refuse(self.store, t.rtype, t.namespace or "", t.name,
+                                   t.subresource, request.query.get("container"))
         raise errors.method_not_allowed(f"the server does not allow this method on the "
                                         f"requested resource ({method} {request.path})")
 

@@ -52,8 +52,9 @@ def pod_template_hash(template: Obj, collision_count: int | None = None) -> str:
     """`controller.ComputeHash`: FNV-32a of the template (+ collision count), safe-encoded.
 
     kube hashes a spew dump of the Go struct; simcluster hashes canonical JSON, so values
-    differ from a real cluster's but are just as deterministic."""
-    data = json.dumps(template, sort_keys=True, separators=(",", ":")).encode()
+    differ from a real cluster's but are just as deterministic. A null is hashed as absent,
+    as it is the zero value in the Go struct."""
+    data = json.dumps(without_nulls(template), sort_keys=True, separators=(",", ":")).encode()
     if collision_count is not None:
         data += collision_count.to_bytes(8, "little")
     h = 0x811C9DC5
@@ -76,7 +77,20 @@ def equal_ignore_hash(a: Obj, b: Obj) -> bool:
     return _normal(template_without_hash(a)) == _normal(template_without_hash(b))
 
 
+def without_nulls(value: Any) -> Any:
+    """The value with every null member left out: decoded into kube's Go structs, a null and
+    an absent field are the same zero value. (`kubectl rollout undo` sends a ReplicaSet's
+    template back with `metadata.creationTimestamp: null`; it must still match that
+    ReplicaSet.)"""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
+
+
 def _normal(template: Obj) -> Obj:
+    template = without_nulls(template)
     meta = template.get("metadata")
     if meta is not None and not meta:
         template = {k: v for k, v in template.items() if k != "metadata"}

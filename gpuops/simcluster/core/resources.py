@@ -60,6 +60,7 @@ class ResourceType:
 
 
 BUILTIN_GROUPS = frozenset({"", "apps", "batch", "policy", "scheduling.k8s.io", "events.k8s.io",
+                            "coordination.k8s.io",
                             "apiextensions.k8s.io", "autoscaling", "authorization.k8s.io",
                             "authentication.k8s.io"})
 ALL = ("all",)  # the category of what `kubectl get all` shows
@@ -85,7 +86,8 @@ def _review(group: str, kind: str, plural: str) -> ResourceType:
 
 
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
-    _core("Pod", "pods", short=("po",), sub=("status", "log", "eviction", "binding", "proxy"),
+    _core("Pod", "pods", short=("po",), sub=("status", "log", "eviction", "binding", "proxy",
+                                            "exec", "attach", "portforward"),
           strategy=PodStrategy(), categories=ALL),
     _core("Node", "nodes", namespaced=False, short=("no",), strategy=NodeStrategy()),
     _core("Namespace", "namespaces", namespaced=False, short=("ns",), sub=("status", "finalize"),
@@ -108,6 +110,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     ResourceType("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, ("pc",), (),
                  strategy=PriorityClassStrategy()),
     ResourceType("events.k8s.io", "v1", "Event", "events", True, ("ev",), ()),
+    ResourceType("coordination.k8s.io", "v1", "Lease", "leases", True, (), ()),
     ResourceType("apiextensions.k8s.io", "v1", "CustomResourceDefinition",
                  "customresourcedefinitions", False, ("crd", "crds"),
                  strategy=CustomResourceDefinitionStrategy()),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import builtins  # `list` below is Store.list in the class body's annotations
 import copy
+import secrets
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -25,6 +26,15 @@ from .clock import VirtualClock, rfc3339
 from .intfields import check_integer_fields
 from .resources import ResourceRegistry, ResourceType
 from .selectors import FieldRequirement, Requirement, fields_match, labels_match
+
+# apimachinery's rand.String alphabet: no vowels, no look-alike digits (no accidental words)
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def generated_suffix(length: int = 5) -> str:
+    """What `generateName` appends, as kube-apiserver's name generator does."""
+    return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(length))
+
 
 Obj = dict[str, Any]
 Listener = Callable[[ResourceType, str, Obj, "Obj | None"], None]
@@ -166,7 +176,7 @@ class Store:
             ns = ""
         if not meta.get("name"):
             if meta.get("generateName"):
-                meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+                meta["name"] = meta["generateName"] + generated_suffix()
             else:
                 raise errors.invalid(rt.kind, "", "metadata.name",
                                      "Required value: name or generateName is required")

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import apps, core, custom, pods, policy
+from . import apps, coordination, core, custom, pods, policy
 from .base import Printer
 
 BUILTIN: dict[tuple[str, str], Printer] = {
-    ("", "Pod"): pods.PRINTER, **core.PRINTERS, **apps.PRINTERS, **policy.PRINTERS}
+    ("", "Pod"): pods.PRINTER, **core.PRINTERS, **apps.PRINTERS, **policy.PRINTERS,
+    **coordination.PRINTERS}
 
 
 def printer_for(group: str, version: str, kind: str, *, builtin: bool,

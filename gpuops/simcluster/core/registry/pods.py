@@ -87,6 +87,9 @@ def _default_pod(store: Store, pod: dict[str, Any]) -> None:
     spec.setdefault("serviceAccountName", "default")
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    # kube's SetDefaults_PodSpec: an empty security context, never a missing one (kubectl
+    # debug reads it without a nil check)
+    spec.setdefault("securityContext", {})
     tolerations = spec.setdefault("tolerations", [])
     for default in _DEFAULT_TOLERATIONS:
         # As the DefaultTolerationSeconds plugin: an empty key or effect already tolerates it.
@@ -99,6 +102,9 @@ def _default_pod(store: Store, pod: dict[str, Any]) -> None:
                          or ":" not in c["image"] else "IfNotPresent")
             c.setdefault("terminationMessagePath", "/dev/termination-log")
             c.setdefault("terminationMessagePolicy", "File")
+            for port in c.get("ports") or []:
+                if isinstance(port, dict):
+                    port.setdefault("protocol", "TCP")
             resources = c.setdefault("resources", {})
             limits = resources.get("limits") or {}
             requests = resources.setdefault("requests", {})
