@@ -274,13 +274,17 @@ steps:
   - name: empty
     action: wait-until
     args: {check: node-drained, args: {node: "{{ node }}"}, timeout: 1s, interval: 1s}
+    on_failure:
+      - name: mark_failure
+        action: taint-node
+        args: {node: gpu-2, key: gpuops.io/failed, value: "{{ 'wait' if 'WaitTimedOut' in error else 'other' }}"}
   - name: never
     action: cordon-node
     args: {node: gpu-2}
 """
 
 
-def test_a_failing_step_undoes_the_done_steps_last_first(cluster):
+def test_a_failing_step_runs_its_on_failure_then_undoes_the_done_steps_last_first(cluster):
     sim, v1, _ = cluster
     state = _run(_flow("cordon-taint-then-fail", ("failing.yaml", FAILING)), node="gpu-1",
                  **_blocks(sim))
@@ -289,13 +293,16 @@ def test_a_failing_step_undoes_the_done_steps_last_first(cluster):
     spec = v1.read_node("gpu-1").spec
     assert not (spec and (spec.unschedulable or spec.taints))  # both undone
     assert not _cordoned(v1, "gpu-2")  # the step after the failure never ran
+    # Its on_failure step ran first, reading the error; it has no undo, so it stays.
+    assert [(t.key, t.value) for t in v1.read_node("gpu-2").spec.taints] == [
+        ("gpuops.io/failed", "wait")]
     artifact = asyncio.run(_artifact_of(state))
     steps = artifact.split("## Steps", 1)[1]
     rows = [line.split("|")[1].strip() for line in steps.splitlines()
             if line.startswith("| ") and "`" in line]
-    assert rows == ["cordon", "taint", "empty", "undo-taint", "undo-cordon"]
-    assert asyncio.run(_task_run_names(state)) == [
-        "cordon", "taint", "empty", "undo-taint", "undo-cordon"]  # one task run per step
+    assert rows == ["cordon", "taint", "empty", "mark_failure", "undo-taint", "undo-cordon"]
+    assert asyncio.run(_task_run_names(state)) == [  # one task run per step
+        "cordon", "taint", "empty", "mark_failure", "undo-taint", "undo-cordon"]
     # Compensated as it went: no journal is left for `recover`.
     assert asyncio.run(read_journal(str(state.state_details.flow_run_id))) is None
 
