@@ -473,6 +473,14 @@ def test_a_shipped_runbook_runs_as_the_deployment_gpuops_up_serves(
     assert "of quarantine-gpu-node/runbook" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "Completed: 3 step(s) done"
     assert _cordoned(v1, "gpu-1")
+    # The server checks a run's parameters against the declaration too (the UI's form).
+    from prefect.deployments import arun_deployment
+
+    with pytest.raises(Exception, match="reason") as refused:
+        asyncio.run(arun_deployment("quarantine-gpu-node/runbook", timeout=0, parameters={
+            "node": "gpu-2", "reason": "fire", **blocks}))
+    assert "'fire' is not one of" in str(refused.value)
+    assert not _cordoned(v1, "gpu-2")
 
 
 STUCK = """\
