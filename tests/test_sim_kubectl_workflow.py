@@ -144,8 +144,16 @@ def test_auth_can_i_and_whoami_answer_for_the_kubeconfigs_user(kubectl, up):
 
 def test_version_cluster_info_and_config_view_describe_the_server(kubectl, up):
     assert re.search(r"^Server Version: v1\.33\.\d+", kubectl(up, "version"), re.MULTILINE)
+    served = json.loads(kubectl(up, "version", "-o", "json"))["serverVersion"]["gitVersion"]
+    openapi = json.loads(kubectl(up, "get", "--raw", "/openapi/v2"))["info"]["version"]
+    assert served.startswith(f"{openapi}-")  # one version, wherever a client reads it
+    assert kubectl(up, "get", "--raw", "/readyz?verbose").splitlines() == [
+        "[+]ping ok", "readyz check passed"]
     info = kubectl(up, "cluster-info")
     assert re.search(r"Kubernetes control plane is running at http://127\.0\.0\.1:\d+", info)
+    dump = kubectl(up, "cluster-info", "dump", "--namespaces", "inference")
+    assert '"kind": "NodeList"' in dump and '"kind": "ReplicationControllerList"' in dump
+    assert '"name": "llama-3-8b-epp"' in dump
     view = kubectl(up, "config", "view", "--minify")
     assert "token: REDACTED" in view and "current-context: sim" in view
 

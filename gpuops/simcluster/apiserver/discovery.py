@@ -18,8 +18,10 @@ import orjson
 from aiohttp import web
 
 from ..core.resources import ResourceRegistry, ResourceType
+from .openapi.documents import KUBE_VERSION
 
-VERSION_INFO = {"major": "1", "minor": "33", "gitVersion": "v1.33.0-simcluster",
+# The Kubernetes version simcluster imitates, as its OpenAPI documents name it too.
+VERSION_INFO = {"major": "1", "minor": "33", "gitVersion": f"{KUBE_VERSION}-simcluster",
                 "gitCommit": "simcluster", "gitTreeState": "clean",
                 "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24",
                 "compiler": "gc", "platform": "linux/amd64"}

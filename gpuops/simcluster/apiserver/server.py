@@ -30,7 +30,7 @@ from ..core.patching import apply_patch
 from ..core.podproxy import PodProxy
 from ..core.resources import ResourceType
 from ..core.store import Store
-from . import access, discovery, streaming, tables, views
+from . import access, discovery, health, streaming, tables, views
 from .codecs import check_kind, dry_run, error_response, json_response, read_body
 from .deletion import Deletion
 from .faults import ApiFaults, register_api_faults
@@ -96,8 +96,8 @@ class ApiServer:
         parts = [p for p in request.path.split("/") if p]
         if parts == ["version"]:
             return json_response(discovery.VERSION_INFO)
-        if parts in (["healthz"], ["readyz"], ["livez"]):
-            return web.Response(text="ok")
+        if health.is_health(parts):
+            return health.health_response(parts, "verbose" in request.query)
         registry = self.store.registry
         if parts[:1] == ["openapi"]:
             return self.openapi.handle(request, parts[1:])

@@ -98,6 +98,10 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core("ConfigMap", "configmaps", short=("cm",), sub=()),
     _core("Secret", "secrets", sub=()),
     _core("ServiceAccount", "serviceaccounts", short=("sa",), sub=()),
+    # Deployments replaced them and simcluster runs no controller for them: listed (always
+    # empty, for kubectl cluster-info dump and get rc), never created (405).
+    ResourceType("", "v1", "ReplicationController", "replicationcontrollers", True, ("rc",), (),
+                 verbs=("get", "list", "watch")),
     _core("Binding", "bindings", sub=(), strategy=BindingStrategy()),
     _apps("Deployment", "deployments", "deploy", DeploymentStrategy()),
     _apps("ReplicaSet", "replicasets", "rs", ReplicaSetStrategy()),
