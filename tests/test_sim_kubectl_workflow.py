@@ -166,6 +166,14 @@ def test_create_scale_and_roll_out_a_deployment_restart_then_undo(kubectl, up):
             "-n", "rollouts")
     status = kubectl(up, "rollout", "status", "deploy/web", "-n", "rollouts", "--timeout=60s")
     assert 'deployment "web" successfully rolled out' in status
+    template = get_json(kubectl, up, "deploy", "web", "-n", "rollouts")["spec"]["template"]
+    spec = template["spec"]  # kube's pod spec defaults, as `get -o yaml` shows them
+    assert {k: spec[k] for k in ("dnsPolicy", "restartPolicy", "schedulerName",
+                                 "securityContext", "terminationGracePeriodSeconds")} == {
+        "dnsPolicy": "ClusterFirst", "restartPolicy": "Always",
+        "schedulerName": "default-scheduler", "securityContext": {},
+        "terminationGracePeriodSeconds": 30}
+    assert spec["containers"][0]["terminationMessagePolicy"] == "File"
     assert kubectl(up, "scale", "deploy/web", "--replicas=3", "-n", "rollouts"
                    ) == "deployment.apps/web scaled\n"
     kubectl(up, "rollout", "status", "deploy/web", "-n", "rollouts", "--timeout=60s")

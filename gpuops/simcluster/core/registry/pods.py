@@ -78,18 +78,34 @@ def validate_pod_spec(spec: Any, path: str, kind: str, name: str) -> None:
         raise errors.invalid(kind, name, *problem)
 
 
-def _default_pod(store: Store, pod: dict[str, Any]) -> None:
-    spec = pod["spec"]
+def default_pod_spec(spec: dict[str, Any]) -> None:
+    """kube's SetDefaults_PodSpec and SetDefaults_Container, which apply wherever a pod spec
+    is decoded, workload templates included (`kubectl get deploy -o yaml` shows them)."""
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("dnsPolicy", "ClusterFirst")
+    # an empty security context, never a missing one (kubectl debug reads it unchecked)
+    spec.setdefault("securityContext", {})
+    for group in ("initContainers", "containers"):
+        for c in spec.get(group) or []:
+            c.setdefault("imagePullPolicy", "Always" if c["image"].endswith(":latest")
+                         or ":" not in c["image"] else "IfNotPresent")
+            c.setdefault("terminationMessagePath", "/dev/termination-log")
+            c.setdefault("terminationMessagePolicy", "File")
+            if not c.get("resources"):
+                c["resources"] = {}
+            for port in c.get("ports") or []:
+                if isinstance(port, dict):
+                    port.setdefault("protocol", "TCP")
+
+
+def _default_pod(store: Store, pod: dict[str, Any]) -> None:
+    spec = pod["spec"]
+    default_pod_spec(spec)
     spec.setdefault("serviceAccountName", "default")
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
-    # kube's SetDefaults_PodSpec: an empty security context, never a missing one (kubectl
-    # debug reads it without a nil check)
-    spec.setdefault("securityContext", {})
     tolerations = spec.setdefault("tolerations", [])
     for default in _DEFAULT_TOLERATIONS:
         # As the DefaultTolerationSeconds plugin: an empty key or effect already tolerates it.
@@ -98,14 +114,7 @@ def _default_pod(store: Store, pod: dict[str, Any]) -> None:
             tolerations.append(dict(default))
     for group in ("initContainers", "containers"):
         for c in spec.get(group) or []:
-            c.setdefault("imagePullPolicy", "Always" if c["image"].endswith(":latest")
-                         or ":" not in c["image"] else "IfNotPresent")
-            c.setdefault("terminationMessagePath", "/dev/termination-log")
-            c.setdefault("terminationMessagePolicy", "File")
-            for port in c.get("ports") or []:
-                if isinstance(port, dict):
-                    port.setdefault("protocol", "TCP")
-            resources = c.setdefault("resources", {})
+            resources = c["resources"]
             limits = resources.get("limits") or {}
             requests = resources.setdefault("requests", {})
             for res, value in limits.items():

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from .pods import validate_pod_spec
+from .pods import default_pod_spec, validate_pod_spec
 from .strategy import Strategy
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ class WorkloadStrategy(Strategy):
             raise errors.invalid(rt.kind, name, "spec.template", "Required value")
         validate_pod_spec(template.get("spec"), "spec.template.spec", rt.kind, name)
         self.default(rt, spec, template, name)
+        default_pod_spec(template["spec"])  # after the kind's own (a Job's restartPolicy)
         obj.pop("status", None)
 
     def default(self, rt: ResourceType, spec: Obj, template: Obj, name: str) -> None:
