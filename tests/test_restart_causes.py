@@ -58,6 +58,9 @@ def test_bench_prints_the_figures_as_one_json_line(capsys):
     assert printed["holdout_cases"] == sum(c.holdout for c in CORPUS)
     assert {"accuracy_pct", "by_class", "confusion", "holdout_accuracy_pct"} <= set(printed)
     assert sum(c["cases"] for c in printed["by_class"].values()) == len(CORPUS)
+    # each blind batch on its own, so its first (rules unseen) run can be read off
+    assert printed["blind_batches"]["blind2.yaml"]["cases"] == sum(
+        c.file == "blind2.yaml" for c in CORPUS) == 40
     wrong = sum(pair["count"] for pair in printed["confusion"])
     assert wrong == printed["cases"] - printed["correct"]
 

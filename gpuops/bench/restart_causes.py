@@ -4,8 +4,9 @@ Runs `diagnose` (the shipped rules, or `--rules FILE` on top of them) over every
 `tests/data/restart_cases/` (`restart_corpus.py` says what a case is) and reports, as one JSON
 line: `cases`, `correct`, `accuracy_pct`, `by_class` ({class: {cases, correct, pct}}, by the
 expected class), `confusion` (each expected -> diagnosed pair that was wrong, with its case
-ids), `holdout_cases` and `holdout_accuracy_pct` (the cases kept out of rule tuning), and
-`min_class_pct`. Pure apart from reading the corpus and printing.
+ids), `holdout_cases` and `holdout_accuracy_pct` (the cases kept out of rule tuning),
+`blind_batches` ({file: {cases, correct, pct}} for each `blind*.yaml` batch, so a new batch's
+first run can be read on its own), and `min_class_pct`. Pure apart from reading the corpus and printing.
 """
 
 from __future__ import annotations
@@ -60,12 +61,19 @@ def figures(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     confusion = [{"expected": e, "got": g, "count": len(ids), "cases": ids}
                  for (e, g), ids in sorted(pairs.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
     held = [o for o in outcomes if o.case.holdout]
+    blind: dict[str, list[Outcome]] = defaultdict(list)
+    for o in outcomes:
+        if o.case.file.startswith("blind"):
+            blind[o.case.file].append(o)
     correct = sum(o.correct for o in outcomes)
     return {
         "cases": len(outcomes), "correct": correct,
         "accuracy_pct": _pct(correct, len(outcomes)),
         "holdout_cases": len(held),
         "holdout_accuracy_pct": _pct(sum(o.correct for o in held), len(held)),
+        "blind_batches": {f: {"cases": len(b), "correct": sum(o.correct for o in b),
+                              "pct": _pct(sum(o.correct for o in b), len(b))}
+                          for f, b in sorted(blind.items())},
         "classes": len(by_class),
         "min_class_pct": min((c["pct"] for c in by_class.values()), default=0.0),
         "by_class": by_class, "confusion": confusion,
