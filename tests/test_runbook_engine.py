@@ -575,9 +575,15 @@ def test_a_runbooks_trigger_runs_it_when_its_event_happens(
     serve_deployments()
     wait_for(lambda: asyncio.run(_deployed("cordon-on-test-event/runbook")), timeout=90,
              message="the triggered runbook's deployment")
-    # An event about another kind does not match; the node's does.
-    emit_event("gpuops.node.test-fault", resource=k8s_resource("sim", "Pod", "default", "x"))
-    emit_event("gpuops.node.test-fault", resource=k8s_resource("sim", "Node", None, "gpu-1"))
-    wait_for(lambda: _cordoned(v1, "gpu-1"), timeout=120, interval=1,
-             message="the triggered run to cordon gpu-1")
+    def fault_reported() -> bool:
+        # Sent again until it is acted on: the server loads a new deployment's trigger a
+        # moment after the deployment exists. An event about a Pod named like a node does
+        # not match (`gpuops.kind`), or gpu-2 would be cordoned.
+        emit_event("gpuops.node.test-fault", resource=k8s_resource("sim", "Pod", None,
+                                                                   "gpu-2"))
+        emit_event("gpuops.node.test-fault", resource=k8s_resource("sim", "Node", None,
+                                                                   "gpu-1"))
+        return _cordoned(v1, "gpu-1")
+
+    wait_for(fault_reported, timeout=120, interval=3, message="the triggered run")
     assert not _cordoned(v1, "gpu-2")
