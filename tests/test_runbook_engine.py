@@ -435,7 +435,18 @@ def test_cli_runs_a_dry_run_and_refuses_bad_parameters_before_starting(cluster):
                                  "node=gpu-1", "--dry-run", "--cluster-block",
                                  blocks["cluster_block"]])
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip().endswith("DryRun: 3 change(s) planned")
+    assert result.stdout.splitlines() == [
+        "runbook quarantine-gpu-node",
+        ("1. taint: taint-node(node='gpu-1', key='gpuops.io/quarantine', value='xid', "
+        "effect='NoSchedule')"),
+        "   - taint node gpu-1 gpuops.io/quarantine=xid:NoSchedule",
+        "2. cordon: cordon-node(node='gpu-1')",
+        "   - cordon node gpu-1",
+        ("3. tell: slack-post(channel='#gpuops', text='Quarantined gpu-1 (xid). Drain it with "
+        "`gpuops runbook run drain-gpu-node --param node=gpu-1`.')"),
+        ("   - post to #gpuops: Quarantined gpu-1 (xid). Drain it with `gpuops runbook run "
+        "drain-gpu-node --param node=gpu-1`."),
+        "DryRun: 3 change(s) planned"]
     assert not _cordoned(v1, "gpu-1")
     bad = runner.invoke(app, ["runbook", "run", "quarantine-gpu-node", "--param", "node=GPU_1",
                               "--param", "reason=fire"])

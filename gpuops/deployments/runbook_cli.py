@@ -170,6 +170,8 @@ def run(
     else:
         flow: Any = runbook_flow(loaded, registry)
         state = asyncio.run(flow(**values, **engine, return_state=True))
+        if dry_run and state.name == "DryRun":
+            typer.echo(state.result())  # the plan, step by step
     typer.echo(f"{state.name}: {state.message}")
     if state.is_failed():
         raise typer.Exit(1)

@@ -92,7 +92,7 @@ def state_of(record: RunRecord) -> State:
     if record.outcome == "completed":
         return Completed(message=record.message)
     if record.outcome == "dry-run":
-        return Completed(name="DryRun", message=record.message)
+        return Completed(name="DryRun", message=record.message, data=record.plan)
     if record.outcome == "not-approved":
         return Completed(name="NotApproved", message=record.message)
     if record.outcome == "plan-changed":

@@ -199,6 +199,7 @@ async def execute(runbook: Runbook, given: Mapping[str, Any], services: Services
         elif dry_run:
             record.outcome = "dry-run"
             record.message = f"{len(plan.changes())} change(s) planned"
+            record.plan = plan.text()
             record.outputs = {s.name: s.output for s in plan.steps if s.output is not None}
         else:
             journal = Journal(services.run_id, runbook.name)

@@ -81,6 +81,7 @@ class RunRecord:
     approver: str = ""
     steps: list[StepRecord] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    plan: str = ""  # the plan's text (a dry run's answer)
 
 
 def run_markdown(record: RunRecord, plan: Plan | None) -> str:
