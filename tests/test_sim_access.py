@@ -51,7 +51,8 @@ def test_discovery_lists_the_short_names_kube_apiserver_gives(sim):
     assert short == {
         ("v1", "pods"): ["po"], ("v1", "nodes"): ["no"], ("v1", "namespaces"): ["ns"],
         ("v1", "events"): ["ev"], ("v1", "services"): ["svc"], ("v1", "configmaps"): ["cm"],
-        ("v1", "serviceaccounts"): ["sa"], ("apps/v1", "deployments"): ["deploy"],
+        ("v1", "serviceaccounts"): ["sa"], ("v1", "replicationcontrollers"): ["rc"],
+        ("apps/v1", "deployments"): ["deploy"],
         ("apps/v1", "replicasets"): ["rs"], ("apps/v1", "statefulsets"): ["sts"],
         ("apps/v1", "daemonsets"): ["ds"], ("policy/v1", "poddisruptionbudgets"): ["pdb"],
         ("scheduling.k8s.io/v1", "priorityclasses"): ["pc"],

@@ -30,6 +30,7 @@ from .controllers.daemonset import DaemonSetController
 from .controllers.deployment import DeploymentController
 from .controllers.disruption import DisruptionController
 from .controllers.garbagecollector import GarbageCollector
+from .controllers.gateway import GatewayStatusController
 from .controllers.job import JobController
 from .controllers.nodelifecycle import NodeLifecycleController
 from .controllers.replicaset import ReplicaSetController
@@ -107,6 +108,7 @@ class SimCluster:
             ]
             owners = OwnerIndex(store)
             self.controllers += self._controller_manager(owners)
+            self.controllers.append(GatewayStatusController(store, clock))
             self.controllers += self._cloud(pools)
         metrics = MetricsEngine(store, clock, self.faults, gpus, knobs.demand_model(),
                                 seed=knobs.seed, load_times=load_times, pod_proxy=pod_proxy)
