@@ -107,6 +107,8 @@ def test_describe_node_shows_its_gpus_taint_lease_and_the_pods_it_runs(kubectl, 
     assert "Taints:             nvidia.com/gpu=present:NoSchedule" in out
     assert re.search(r"^  nvidia\.com/gpu:\s+4$", out, re.MULTILINE)  # capacity and allocatable
     assert f"HolderIdentity:  {name}" in out  # the kubelet's lease, not "Failed to get lease"
+    leases = table(kubectl(up, "get", "leases", "-n", "kube-node-lease"))
+    assert list(leases[0]) == ["NAME", "HOLDER", "AGE"] and len(leases) == 12
     assert "Non-terminated Pods:" in out and "nvidia-device-plugin-daemonset-" in out
     assert re.search(r"^  nvidia\.com/gpu\s+\d+\s+\d+$", out, re.MULTILINE)  # allocated resources
 
@@ -125,13 +127,21 @@ def test_top_nodes_and_pods_show_usage_from_the_metrics_api(kubectl, up):
     assert any(r["NAME"].startswith("nvidia-device-plugin-daemonset-") for r in pods)
 
 
-def test_get_inferencepools_and_httproutes_show_their_crds_printer_columns(kubectl, up):
+def test_inferencepools_httproutes_and_gateways_show_their_crds_columns_and_status(
+        kubectl, up):
     pools = table(kubectl(up, "get", "inferencepools", "-A"))
     assert list(pools[0]) == ["NAMESPACE", "NAME", "AGE"]  # InferencePool v1 declares none
     assert {r["NAME"] for r in pools} == {"llama-3-8b", "qwen-72b"}
     routes = table(kubectl(up, "get", "httproutes", "-n", "inference"))
     assert list(routes[0]) == ["NAME", "HOSTNAMES", "AGE"]
     assert {r["NAME"] for r in routes} == {"llama-3-8b", "qwen-72b"}
+    gateways = wait_for(lambda: [r for r in table(kubectl(up, "get", "gateways", "-n",
+                                                          "inference"))
+                                 if r["PROGRAMMED"] == "True"], message="a programmed gateway")
+    assert list(gateways[0]) == ["NAME", "CLASS", "ADDRESS", "PROGRAMMED", "AGE"]
+    assert (gateways[0]["NAME"], gateways[0]["CLASS"]) == ("inference-gateway", "istio")
+    described = kubectl(up, "describe", "httproute", "llama-3-8b", "-n", "inference")
+    assert "Controller Name:         istio.io/gateway-controller" in described
 
 
 def test_auth_can_i_and_whoami_answer_for_the_kubeconfigs_user(kubectl, up):
