@@ -7,8 +7,10 @@ import json
 import pytest
 
 from gpuops.bench import restart_causes
-from gpuops.bench.restart_corpus import load_corpus, parse_cases
+from gpuops.bench.restart_corpus import evidence_data, load_corpus, parse_cases
 from gpuops.common.errors import ConfigError
+from gpuops.tasks.restarts.diagnose import diagnose
+from gpuops.tasks.restarts.evidence import RestartEvidence
 from gpuops.tasks.restarts.rules import default_rules
 
 CORPUS = load_corpus()
@@ -86,3 +88,33 @@ def test_every_class_is_at_least_90_percent_right_and_the_whole_at_least_95():
 def test_the_held_out_cases_score_like_the_rest():
     assert FIGURES["holdout_cases"] >= 20
     assert FIGURES["holdout_accuracy_pct"] >= 95, FIGURES["confusion"]
+
+
+# --- blind batch 2's findings, as general patterns ------------------------------------------
+
+def _diagnosed(log: str, exit_code: int = 2) -> str:
+    given = {"last_state": {"terminated": {"reason": "Error", "exit_code": exit_code}},
+             "previous_log": log}
+    evidence = RestartEvidence.model_validate(evidence_data("probe", given))
+    return diagnose(evidence, default_rules()).cause
+
+
+@pytest.mark.parametrize("log", [
+    "usage: train.py [-h] [--lr LR]\ntrain.py: error: argument --lr: invalid float value: '3e-4x'\n",
+    "usage: serve [-h] --model MODEL\nserve: error: the following arguments are required: --model\n",
+    "error: unexpected argument '--num-shards' found\n\nFor more information, try '--help'.\n",
+    ("Usage: app serve [OPTIONS]\nTry 'app serve --help' for help.\n\n"
+     "Error: Invalid value for '--port': 'http' is not a valid integer.\n"),
+], ids=["argparse-type", "argparse-required", "clap-unexpected", "click-invalid"])
+def test_a_parser_rejecting_the_containers_args_is_a_configuration_error(log):
+    assert _diagnosed(log) == "config-error"
+
+
+def test_exit_2_without_a_parser_error_stays_an_application_error():
+    assert _diagnosed("usage: tool [-h]\nsomething else went wrong\n") == "app-error"
+
+
+def test_pytorchs_memory_fraction_refusal_is_a_cuda_oom():
+    log = ("RuntimeError: Allocation on device 1 would exceed allowed memory. (out of memory)\n"
+           "Currently allocated     : 30.02 GiB\n")
+    assert _diagnosed(log, exit_code=1) == "cuda-oom"
