@@ -299,11 +299,17 @@ def test_edit_with_an_editor_saves_a_valid_change_and_refuses_an_invalid_one(
         "LOG_LEVEL": "warn"}
 
     kubectl(up, "create", "deployment", "web", "--image=nginx:1.27", "-n", "edit")
-    editor.write_text("#!/bin/sh\nsed -i 's/replicas: 1/replicas: -3/' \"$1\"\n")
+    editor.write_text("#!/bin/sh\nsed -i 's/replicas: 1/replicas: three/' \"$1\"\n")
     done = kubectl.run(up, "edit", "deploy", "web", "-n", "edit", env=edit)
     assert done.returncode == 1
     assert 'deployments.apps "web" is invalid' in done.stderr
     assert "Edit cancelled, no valid changes were saved." in done.stderr
+    # kubectl keeps the attempt with the server's reasons at its top
+    kept = re.search(r'A copy of your changes has been stored to "([^"]+)"', done.stderr)
+    assert kept, done.stderr
+    copy = Path(kept.group(1))
+    assert '# * spec.replicas: Invalid value: "three": must be an integer' in copy.read_text()
+    copy.unlink()
     assert get_json(kubectl, up, "deploy", "web", "-n", "edit")["spec"]["replicas"] == 1
 
 

@@ -10,6 +10,7 @@ not checked.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from . import errors
@@ -139,5 +140,6 @@ def _check_integer(value: Any, bounds: tuple[int, int], where: str, kind: str,
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
+    """As kube's field errors quote a value: a string in double quotes ("three")."""
+    text = json.dumps(value) if isinstance(value, str) else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

@@ -64,9 +64,10 @@ class DeploymentStrategy(ReplicaSetStrategy):
 
     def validate_update(self, rt: ResourceType, old: Obj, new: Obj) -> None:
         replicas = (new.get("spec") or {}).get("replicas", 1)
-        if not isinstance(replicas, int) or replicas < 0:
+        # a value that is no integer at all is the store's integer check's to name
+        if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas < 0:
             raise errors.invalid(rt.kind, old["metadata"]["name"], "spec.replicas",
-                                 f"Invalid value: {replicas!r}: must be greater than or equal "
+                                 f"Invalid value: {replicas}: must be greater than or equal "
                                  "to 0")
 
 
