@@ -598,3 +598,41 @@ def test_a_runbooks_trigger_runs_it_when_its_event_happens(
 
     wait_for(fault_reported, timeout=120, interval=3, message="the triggered run")
     assert not _cordoned(v1, "gpu-2")
+
+
+CORDON_ASK_DRAIN = """\
+name: cordon-ask-drain
+parameters: {node: {type: node, required: true}}
+steps:
+  - {name: cordon, action: cordon-node, args: {node: "{{ node }}"}}
+  - name: approve
+    action: request-approval
+    args: {title: "Drain {{ node }}", summary: "Evict what runs on {{ node }}."}
+  - {name: drain, action: drain-node, args: {node: "{{ node }}"}}
+"""
+
+
+def test_an_approval_after_a_change_shows_and_holds_the_plan_from_there(cluster, slack_fake):
+    """The approval shows what the steps after it would do once the cordon before it is
+    done (so the drain's own cordon is not a change any more), and that plan still holds."""
+    sim, v1, _ = cluster
+    flow = _flow("cordon-ask-drain", ("c.yaml", CORDON_ASK_DRAIN))
+
+    class Run(helpers.FlowThread):
+        def run_flow(self, **params: Any) -> Any:
+            return _run(flow, **params)
+
+    run = Run(node="gpu-1", **_blocks(sim, slack_fake))
+    request = wait_for(lambda: next((m for m in slack_fake.messages()
+                                     if "Approval needed" in json.dumps(m.get("blocks"))),
+                                    None), timeout=60, message="the approval request")
+    shown = json.dumps(request["blocks"])
+    assert "evict pod default/worker-0 from node gpu-1" in shown
+    assert "- cordon node gpu-1" not in shown  # done before it asked
+    run_id = json.loads(next(e["value"] for b in request["blocks"] if b["type"] == "actions"
+                             for e in b["elements"]))["flow_run_id"]
+    wait_for(lambda: asyncio.run(_paused(run_id)), timeout=60, message="the pause")
+    resume_flow_run(uuid.UUID(run_id), run_input={"approved": True, "approver": "alice"})
+    state = run.result(120)
+    assert state.name == "Completed", state.message
+    assert _terminating(v1, "worker-0")

@@ -9,8 +9,9 @@ Order of a run:
    stops here, with the plan as its artifact;
 3. each step runs as a task run named after the step (retried as its `retry:` says). An
    approval step runs in the flow itself (Prefect pauses flows, not tasks) and shows the
-   plan; after a "yes" the remaining steps are planned again, and if what they would change
-   is not what was approved the run stops ("plan-changed");
+   plan of the steps after it, made when it asks (so it includes what the steps before it
+   did); after a "yes" those steps are planned again, and if what they would change is not
+   what was shown the run stops ("plan-changed");
 4. a failing step runs its `on_failure:` steps, then every `undo:` of the steps done so
    far, last first; so does a "no" (nothing after it runs);
 5. each undo is written to the run's journal on the Prefect server before its step runs
@@ -231,8 +232,12 @@ async def _run(runbook: Runbook, values: Mapping[str, Any], services: Services, 
             if step.undo is not None:  # written before the step: a dead run can be undone
                 await journal.will_run(step.name, step.undo.action,
                                        _undo_args(step, f"{where}.undo", context))
+            shown = plan
+            if step.action == APPROVAL:  # what the steps after it would do now, from here
+                shown = Plan(runbook.name, values, plan.checks, await plan_steps(
+                    runbook, values, services, start=i + 1, outputs=outputs))
             args, output = await _call(step, step.name, runbook, services, context,
-                                       where=where, plan=plan, retries=retries, delay=delay)
+                                       where=where, plan=shown, retries=retries, delay=delay)
         except Exception as e:  # noqa: BLE001 - any failure is compensated, then reported
             record.steps.append(StepRecord(step.name, step.action, {}, "failed",
                                            time.monotonic() - started, _describe(e)))
@@ -257,7 +262,7 @@ async def _run(runbook: Runbook, values: Mapping[str, Any], services: Services, 
                 await _compensate(runbook, values, outputs, done, services, record)
                 return
             record.approver = answer.approver
-            drift = await _drifted(runbook, values, services, plan, i + 1, outputs)
+            drift = await _drifted(runbook, values, services, shown, i + 1, outputs)
             if drift:
                 record.outcome = "plan-changed"
                 record.message = f"the plan changed since it was approved: {drift}"
@@ -267,10 +272,10 @@ async def _run(runbook: Runbook, values: Mapping[str, Any], services: Services, 
 
 
 async def _drifted(runbook: Runbook, values: Mapping[str, Any], services: Services,
-                   plan: Plan, start: int, outputs: Mapping[str, Any]) -> str:
-    """What the steps after an approval would change now and the approved plan did not
-    say (or the other way round); "" when the plan still holds."""
-    approved = [c for s in plan.steps[start:] for c in s.changes]
+                   shown: Plan, start: int, outputs: Mapping[str, Any]) -> str:
+    """What the steps after an approval would change now and the plan it showed (those
+    steps, planned when it asked) did not say, or the other way round; "" when it holds."""
+    approved = [c for s in shown.steps for c in s.changes]
     now = [c for s in await plan_steps(runbook, values, services, start=start,
                                        outputs=outputs) for c in s.changes]
     if approved == now:
