@@ -79,10 +79,15 @@ def _subresource_entry(rt: ResourceType, sub: str) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": f"{rt.plural}/{sub}", "singularName": "",
                              "namespaced": rt.namespaced, "kind": rt.kind,
                              "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"])}
-    if sub in _SUBRESOURCE_KINDS:
-        kind, group, version = _SUBRESOURCE_KINDS[sub]
+    found = _subresource_kind(rt, sub)
+    if found is not None:
+        kind, group, version = found
         entry.update(kind=kind, group=group, version=version)
     return entry
+
+
+def _subresource_kind(rt: ResourceType, sub: str) -> tuple[str, str, str] | None:
+    return _SUBRESOURCE_KINDS.get(f"{rt.plural}/{sub}") or _SUBRESOURCE_KINDS.get(sub)
 
 
 def api_resource_list(registry: ResourceRegistry, group: str, version: str
@@ -155,7 +160,8 @@ def _aggregated_resource(rt: ResourceType) -> dict[str, Any]:
         entry["categories"] = list(rt.categories)
     subresources = []
     for sub in rt.subresources:
-        kind, group, version = _SUBRESOURCE_KINDS.get(sub, (rt.kind, rt.group, rt.version))
+        kind, group, version = (_subresource_kind(rt, sub)
+                                or (rt.kind, rt.group, rt.version))
         subresources.append({"subresource": sub,
                              "responseKind": {"group": group, "version": version,
                                               "kind": kind},

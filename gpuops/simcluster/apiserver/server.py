@@ -30,7 +30,7 @@ from ..core.patching import apply_patch
 from ..core.podproxy import PodProxy
 from ..core.resources import ResourceType
 from ..core.store import Store
-from . import access, discovery, health, streaming, tables, views
+from . import access, discovery, health, serviceproxy, streaming, tables, views
 from .codecs import check_kind, dry_run, error_response, json_response, read_body
 from .deletion import Deletion
 from .faults import ApiFaults, register_api_faults
@@ -170,6 +170,9 @@ class ApiServer:
             dry = dry_run(request, "CreateOptions")
             return self.pods.bind(await read_body(request), t.namespace or "", t.name,
                                   dry_run=dry)
+        elif t.subresource == "proxy" and t.rtype.plural == "services":
+            target = serviceproxy.endpoint(self.store, t.namespace or "", t.name)
+            return await self.pods.proxy(request, t.namespace or "", target, t.proxy_path)
         elif t.subresource == "proxy":
             return await self.pods.proxy(request, t.namespace or "", t.name, t.proxy_path)
         elif t.subresource in streaming.STREAMING and method in ("GET", "POST"):

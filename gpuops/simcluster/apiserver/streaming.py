@@ -47,8 +47,9 @@ def _no_runtime(namespace: str, name: str, subresource: str, pod: dict[str, Any]
              for p in c.get("ports") or [] if isinstance(p, dict) and "containerPort" in p]
     port = ports[0] if ports else "PORT"
     instead = ("kubectl logs, describe and events work, and a simulated server (vLLM's API) "
-               f"answers through the pod proxy: kubectl get --raw "
-               f"/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/PATH")
+               f"answers through the API server's proxy: kubectl get --raw "
+               f"/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy/PATH, or "
+               f".../services/NAME:PORT/proxy/PATH)")
     return (f"simcluster runs no containers, so {_WHAT[subresource]} cannot reach pod "
             f"{namespace}/{name} (pods/{subresource} needs a kubelet and a container runtime; "
-            f"{instead})")
+            f"{instead}")
