@@ -63,6 +63,12 @@ class RolloutPolicy(Block):
                                "fixed-capacity mode.")
     approve: Literal["final", "every-step", "none"] = Field(
         "final", description="Ask for approval before 100 %, before every step, or never.")
+    baseline: Literal["none", "fresh-copy"] = Field(
+        "none", description="fresh-copy: a copy of the old version as large as the new one, "
+        "started and warmed with it and given its weight below 50 %, so both are judged "
+        "equally busy from the first step (a version only slower is caught at 1 %); "
+        "blue-green only, and it needs its GPUs too (else the plan says so and runs without "
+        "it).")
     approval_policy_block: str = Field("", description="The ApprovalPolicy Block approvals "
                                        "use; empty: the flow's policy_block parameter.")
     notify_channel: str = Field("", description="Slack channel told of rollbacks (with the "

@@ -306,6 +306,10 @@ def rollout_start(
                                                      "is judged.")] = None,
     mode: Annotated[str | None, typer.Option(help="auto, blue-green or fixed-capacity.")] = None,
     approve: Annotated[str | None, typer.Option(help="final, every-step or none.")] = None,
+    baseline: Annotated[str | None, typer.Option(
+        help="none, or fresh-copy: a copy of the old version as large as the new one, "
+        "given its weight below 50 % so both are judged equally busy (blue-green; needs its "
+        "GPUs too) [default: the rollout Block's]")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and plan; change "
                                           "nothing.")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the run to end and print "
@@ -338,7 +342,7 @@ def rollout_start(
         "pool": pool, "image": image, "model": model, "args": arg or None,
         "steps": parse_steps_option(steps), "gates": parse_gates_option(gates),
         "window_s": window_s, "min_requests": min_requests, "mode": mode, "approve": approve,
-        "dry_run": dry_run, "rollout_block": rollout_block, "cluster_block": cluster_block,
+        "baseline": baseline, "dry_run": dry_run, "rollout_block": rollout_block, "cluster_block": cluster_block,
         "slack_block": slack_block, "policy_block": policy_block}
     # Unset options (None, or a Block not named) are left out, so the served deployment's
     # own parameters apply: `gpuops up` names its approval policy there.

@@ -70,7 +70,7 @@ def spec_of(policy: RolloutPolicy, **given: Any) -> RolloutSpec:
     defaults = policy.model_dump(include={
         "steps", "gates", "min_requests", "window_s", "step_timeout_s", "poll_s",
         "ready_timeout_s", "warmup_requests", "warmup_interval_s", "warm_tolerance",
-        "keep_old_s", "on_success", "mode", "capacity_step", "approve"})
+        "keep_old_s", "on_success", "mode", "capacity_step", "approve", "baseline"})
     values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
     return parse_spec(**values)
 
@@ -82,6 +82,7 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
                           window_s: float | None = None, min_requests: int | None = None,
                           mode: Literal["auto", "blue-green", "fixed-capacity"] | None = None,
                           approve: Literal["final", "every-step", "none"] | None = None,
+                          baseline: Literal["none", "fresh-copy"] | None = None,
                           dry_run: bool = False, rollout_block: str = "",
                           cluster_block: str = "", slack_block: str = "",
                           policy_block: str = ""):
@@ -101,6 +102,10 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
         min_requests: Requests each version must finish in a window before it is judged.
         mode: blue-green (spare GPUs), fixed-capacity (k replicas at a time) or auto.
         approve: Ask before 100 % (final), before every step, or never (none).
+        baseline: none, or fresh-copy: a copy of the old version as large as the new one,
+            started and warmed with it and given its weight below 50 %, so the two are
+            judged equally busy from the first step (blue-green; its GPUs too, else the
+            plan says so and runs without it). Empty: the Block's.
         dry_run: Check everything and publish the plan; change nothing.
         rollout_block: The RolloutPolicy Block with the defaults (empty: built-in ones).
         cluster_block: The KubernetesCluster Block (empty: settings).
@@ -112,7 +117,7 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
     policy: RolloutPolicy = await load_block(RolloutPolicy, rollout_block)
     spec = spec_of(policy, pool=pool, image=image, model=model, args=args, steps=steps,
                  gates=gates, window_s=window_s, min_requests=min_requests, mode=mode,
-                 approve=approve)
+                 approve=approve, baseline=baseline)
     cluster = await load_block(KubernetesCluster, cluster_block)
     kube: Kube = cluster.kube()
     prom = Prometheus(policy.prometheus_url or get_settings(PrometheusSettings).url)

@@ -105,27 +105,36 @@ class SetRouteWeights(_RouteAction):
     old: PoolRef
     new: PoolRef
     split: WeightSplit
+    baseline: PoolRef | None = None  # the fresh-copy baseline, given split.baseline
     kind = "route-weights"
 
     def describe(self) -> str:
         return (f"set HTTPRoute {self.namespace}/{self.route} weights {self.old.name} "
-                f"{self.split.old} % / {self.new.name} {self.split.new} %")
+                f"{self.split.old} % / {self.new.name} {self.split.new} %"
+                + (f" / {self.baseline.name} {self.split.baseline} %"
+                   if self.baseline is not None else ""))
 
     def holds(self) -> bool:
         route = read_route(self.kube, self.apis, self.namespace, self.route)
-        return split_applied(route, self.old, self.new, self.split) and \
+        # a baseline the route does not name holds 0 % as well as one at weight 0
+        baseline = self.baseline if self.baseline is not None and (
+            self.split.baseline or route.rules_for(self.baseline)) else None
+        return split_applied(route, self.old, self.new, self.split, baseline) and \
             _annotations_hold(route.annotations, self.annotations)
 
     def apply(self) -> None:
         route = read_route(self.kube, self.apis, self.namespace, self.route)
         patch = weight_patch(route, self.old, self.new, self.split,
-                             annotations=self.annotations)
+                             annotations=self.annotations, baseline=self.baseline)
         if patch:
             patch_route(self.kube, self.apis, route, patch)
 
     def details(self) -> dict[str, Any]:
-        return {"old_pool": str(self.old), "new_pool": str(self.new),
-                "old_weight": self.split.old, "new_weight": self.split.new}
+        found: dict[str, Any] = {"old_pool": str(self.old), "new_pool": str(self.new),
+                                 "old_weight": self.split.old, "new_weight": self.split.new}
+        if self.baseline is not None:
+            found.update(baseline_pool=str(self.baseline), baseline_weight=self.split.baseline)
+        return found
 
 
 @dataclass

@@ -122,3 +122,22 @@ def capacity_weight(old_ready: int, new_ready: int) -> int:
     if old_ready == 0:
         return 100
     return max(1, min(99, round(100 * new_ready / total))) if new_ready else 0
+
+
+def choose_baseline(requested: str, mode: ChosenMode, room: Room, replicas: int,
+                    gpus_per_replica: int) -> tuple[bool, str]:
+    """Whether the rollout runs with a fresh-copy baseline, and the plan's line saying why
+    (not). It needs blue-green and room for the new copy and the baseline both (2 x
+    `replicas`): without it the rollout runs without one rather than leave a Pending pod."""
+    if requested != "fresh-copy":
+        return False, "none: the new version judged against the old pool"
+    if mode != "blue-green":
+        return False, ("none (fresh-copy asked, but it runs beside a blue-green copy only; "
+                       "fixed-capacity has no spare GPUs): judged against the old pool")
+    if room.fits < 2 * replicas:
+        return False, (f"none (fresh-copy asked, but it needs room for {2 * replicas} "
+                       f"replica(s), the new copy's and the baseline's; "
+                       f"{room.describe(gpus_per_replica)}): judged against the old pool")
+    return True, (f"fresh-copy: {replicas} replica(s) x {gpus_per_replica} GPU(s) of the old "
+                  "version, warmed with the new one and given its weight below 50 %; "
+                  "the new version judged against it there, against the old pool from 50 % on")

@@ -19,6 +19,8 @@ the old one has one), so the route can send each pool a share of the traffic.
   old pods only: the new ones are reached through their pool.
 - The endpoint picker: its Service and Deployment copied under `<new pool>-epp`, with
   `--pool-name` pointing at the new pool.
+- A baseline (`--baseline fresh-copy`): the same objects with the old pod template as it is,
+  named `<base>-baseline-<old version hash>`.
 
 Objects come in and go out as the API's JSON (dicts); what cannot be derived is a
 `ConfigError` naming the parameter it concerns (usually `pool`) and the object.
@@ -66,6 +68,24 @@ class ServerVersion:
 
 
 @dataclass(frozen=True)
+class PoolCopy:
+    """A model-server Deployment beside the old one, its InferencePool and picker."""
+
+    pool_name: str
+    deployment_name: str
+    epp_name: str | None
+    pool: Obj
+    deployment: Obj
+    epp_service: Obj | None = None
+    epp_deployment: Obj | None = None
+
+    def bodies(self) -> list[Obj]:
+        """What to create, in order: the picker first, the pods last."""
+        return [b for b in (self.epp_service, self.epp_deployment, self.pool, self.deployment)
+                if b is not None]
+
+
+@dataclass(frozen=True)
 class NewVersion:
     """Everything the rollout creates, and what it knows of the old version."""
 
@@ -83,6 +103,7 @@ class NewVersion:
     deployment: Obj
     epp_service: Obj | None = None
     epp_deployment: Obj | None = None
+    baseline: PoolCopy | None = None  # a fresh copy of the old version, when asked for
 
     @property
     def digest(self) -> str:
@@ -370,23 +391,15 @@ def _new_epp(service: Mapping[str, Any], deployment: Mapping[str, Any], name: st
     return new_service, new_deployment
 
 
-def derive(*, pool: InferencePool, pool_obj: Mapping[str, Any], deployment: Mapping[str, Any],
-           change: VersionChange, run_id: str, container: str | None = None,
-           epp_service: Mapping[str, Any] | None = None,
-           epp_deployment: Mapping[str, Any] | None = None) -> NewVersion:
-    """The new version beside the old (see the module docstring)."""
-    dname = str(deployment["metadata"]["name"])
-    where = f"Deployment {pool.namespace}/{dname}"
-    index = vllm_container_index(deployment, container)
-    old_container = _containers(deployment["spec"]["template"])[index]
-    container_obj = new_container(old_container, change, where)
-    old_version, version = version_of(old_container), version_of(container_obj)
-    if version == old_version:
-        raise ConfigError("image", f"the new version is the one serving now "
-                          f"({old_version.describe()}): change the image, model or args")
-    digest = version.digest()
-    pool_name = derived_name(pool_obj, digest)
-    deployment_name = derived_name(deployment, digest, room=63)
+def _copy(*, pool: InferencePool, pool_obj: Mapping[str, Any], deployment: Mapping[str, Any],
+          index: int, container: Obj, suffix: str, run_id: str,
+          epp_service: Mapping[str, Any] | None, epp_deployment: Mapping[str, Any] | None
+          ) -> PoolCopy:
+    """The old pool's objects with `container` as the model server, named `<base>-<suffix>`
+    and labelled so no old object selects them (see the module docstring)."""
+    where = f"Deployment {pool.namespace}/{deployment['metadata']['name']}"
+    pool_name = derived_name(pool_obj, suffix)
+    deployment_name = derived_name(deployment, suffix, room=63)
     if pool.endpoint_picker is not None and (epp_service is None or epp_deployment is None):
         raise ConfigError("pool", f"InferencePool {pool.ref}'s endpoint picker "
                           f"{pool.endpoint_picker.kind} {pool.endpoint_picker.name} was not "
@@ -396,7 +409,7 @@ def derive(*, pool: InferencePool, pool_obj: Mapping[str, Any], deployment: Mapp
     relabel = relabel_for(pool.selector, _match_labels(deployment, where), pool_name)
     replicas = int((deployment.get("spec") or {}).get("replicas") or 1)
     new_deployment = _new_deployment(deployment, deployment_name, relabel, replicas, index,
-                                     container_obj, run_id)
+                                     container, run_id)
     new_labels = new_deployment["spec"]["template"]["metadata"]["labels"]
     if _selects(pool.selector, new_labels) or \
             _selects(_match_labels(deployment, where), new_labels):
@@ -405,14 +418,42 @@ def derive(*, pool: InferencePool, pool_obj: Mapping[str, Any], deployment: Mapp
     if epp_name is not None and epp_service is not None and epp_deployment is not None:
         service, deployment_epp = _new_epp(epp_service, epp_deployment, epp_name, pool_name,
                                            run_id)
-    pods = new_deployment["spec"]["template"]
+    return PoolCopy(pool_name, deployment_name, epp_name,
+                    _new_pool(pool_obj, pool, pool_name, relabel, epp_name, run_id),
+                    new_deployment, service, deployment_epp)
+
+
+def derive(*, pool: InferencePool, pool_obj: Mapping[str, Any], deployment: Mapping[str, Any],
+           change: VersionChange, run_id: str, container: str | None = None,
+           epp_service: Mapping[str, Any] | None = None,
+           epp_deployment: Mapping[str, Any] | None = None,
+           baseline: bool = False) -> NewVersion:
+    """The new version beside the old (see the module docstring); `baseline`: and a fresh
+    copy of the old version (`baseline_copy`)."""
+    dname = str(deployment["metadata"]["name"])
+    where = f"Deployment {pool.namespace}/{dname}"
+    index = vllm_container_index(deployment, container)
+    old_container = _containers(deployment["spec"]["template"])[index]
+    container_obj = new_container(old_container, change, where)
+    old_version, version = version_of(old_container), version_of(container_obj)
+    if version == old_version:
+        raise ConfigError("image", f"the new version is the one serving now "
+                          f"({old_version.describe()}): change the image, model or args")
+    common: dict[str, Any] = {"pool": pool, "pool_obj": pool_obj, "deployment": deployment,
+                              "index": index, "run_id": run_id, "epp_service": epp_service,
+                              "epp_deployment": epp_deployment}
+    new = _copy(container=container_obj, suffix=version.digest(), **common)
+    # The baseline: the old pod template as it is, under a name no version hash can take.
+    copy_ = _copy(container=copy.deepcopy(dict(old_container)),
+                  suffix=f"baseline-{old_version.digest()}", **common) if baseline else None
+    pods = new.deployment["spec"]["template"]
     gpus = max(sum(_container_gpus(c) for c in _containers(pods)),
                max((_container_gpus(c) for c in (pods.get("spec") or {}).get(
                    "initContainers") or ()), default=0))
-    return NewVersion(pool.namespace, pool.name, dname, old_version, version, pool_name,
-                      deployment_name, epp_name, replicas, gpus,
-                      _new_pool(pool_obj, pool, pool_name, relabel, epp_name, run_id),
-                      new_deployment, service, deployment_epp)
+    return NewVersion(pool.namespace, pool.name, dname, old_version, version, new.pool_name,
+                      new.deployment_name, new.epp_name,
+                      int(new.deployment["spec"]["replicas"]), gpus, new.pool, new.deployment,
+                      new.epp_service, new.epp_deployment, copy_)
 
 
 def epp_deployment_of(service: Mapping[str, Any], deployments: Sequence[Mapping[str, Any]]

@@ -17,6 +17,10 @@ with a typo stops before it touches the cluster.
 - Mode: `blue-green` (a full new copy beside the old: needs spare GPUs), `fixed-capacity`
   (no spare GPUs: shrink the old by k replicas, grow the new by k, weights tied to the ready
   replicas on each side), `auto` (blue-green when the GPUs are there).
+- Baseline: `none` (the new version judged against the old pool) or `fresh-copy` (blue-green
+  only: a fresh copy of the old version as large as the new one, started and warmed with it,
+  given the new one's weight below 50 %, so the two are judged at equal loads from the first
+  step; its GPUs are needed too, else the plan says so and runs without it).
 - Approval: before 100 % (`final`), before every step (`every-step`) or `none`.
 - After success: the old version kept warm `keep_old_s`, then scaled to 0 or deleted.
 """
@@ -35,6 +39,8 @@ from gpuops.tasks.rollout.gates import Analysis, parse_analysis
 Mode = Literal["auto", "blue-green", "fixed-capacity"]
 Approve = Literal["final", "every-step", "none"]
 OnSuccess = Literal["scale-to-zero", "delete"]
+Baseline = Literal["none", "fresh-copy"]
+BASELINES: tuple[Baseline, ...] = ("none", "fresh-copy")
 MODES: tuple[Mode, ...] = ("auto", "blue-green", "fixed-capacity")
 APPROVALS: tuple[Approve, ...] = ("final", "every-step", "none")
 ON_SUCCESS: tuple[OnSuccess, ...] = ("scale-to-zero", "delete")
@@ -88,6 +94,7 @@ class RolloutSpec:
     approve: Approve = "final"
     on_success: OnSuccess = "scale-to-zero"
     container: str | None = None  # the vLLM container, when the pod has several
+    baseline: Baseline = "none"
 
 
 def parse_pool(raw: object, field: str = "pool") -> PoolName:
@@ -185,7 +192,7 @@ def parse_spec(*, pool: object, image: object = None, model: object = None,
                warmup_interval_s: object = 15.0, warm_tolerance: object = 0.15,
                keep_old_s: object = 3600.0, mode: object = "auto", capacity_step: object = 1,
                approve: object = "final", on_success: object = "scale-to-zero",
-               container: object = None) -> RolloutSpec:
+               container: object = None, baseline: object = "none") -> RolloutSpec:
     """Every parameter checked, the first bad one raised naming it."""
     spec_pool = parse_pool(pool)
     change = parse_change(image, model, args)
@@ -213,4 +220,4 @@ def parse_spec(*, pool: object, image: object = None, model: object = None,
         cast(Mode, _choice(mode, "mode", MODES)), _count(capacity_step, "capacity_step"),
         cast(Approve, _choice(approve, "approve", APPROVALS)),
         cast(OnSuccess, _choice(on_success, "on_success", ON_SUCCESS)),
-        container or None)
+        container or None, cast(Baseline, _choice(baseline, "baseline", BASELINES)))

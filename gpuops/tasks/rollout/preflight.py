@@ -18,8 +18,14 @@ from gpuops.common.annotations import ROLLOUT_RUN
 from gpuops.common.errors import ConfigError, KubeNotFound
 from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.rollout.actions import get_object
-from gpuops.tasks.rollout.capacity import ChosenMode, Room, choose_mode, room_for
-from gpuops.tasks.rollout.derive import NewVersion, derive, epp_deployment_of
+from gpuops.tasks.rollout.capacity import (
+    ChosenMode,
+    Room,
+    choose_baseline,
+    choose_mode,
+    room_for,
+)
+from gpuops.tasks.rollout.derive import NewVersion, PoolCopy, derive, epp_deployment_of
 from gpuops.tasks.rollout.gates import with_comparable_step
 from gpuops.tasks.rollout.objects import HTTPRoute, PoolRef, PoolView, ServedApis
 from gpuops.tasks.rollout.params import RolloutSpec
@@ -38,10 +44,18 @@ class Plan:
     room: Room
     mode: ChosenMode
     record: RolloutRecord | None  # what the route records now (another run's, or ours)
+    baseline: PoolCopy | None = None  # the fresh copy of the old version this run makes
+    baseline_note: str = "none: the new version judged against the old pool"
 
     @property
     def old_ref(self) -> PoolRef:
         return self.old.pool.ref
+
+    @property
+    def baseline_ref(self) -> PoolRef | None:
+        if self.baseline is None:
+            return None
+        return PoolRef(self.old.pool.ref.group, self.new.namespace, self.baseline.pool_name)
 
     @property
     def new_ref(self) -> PoolRef:
@@ -77,6 +91,11 @@ class Plan:
                      f"{self.spec.timing.step_timeout_s:g} s), at least "
                      f"{self.spec.analysis.min_requests} requests on each side, "
                      f"{len(self.spec.analysis.gates)} gates against the old version")
+        lines.append(f"baseline   {self.baseline_note}")
+        if self.baseline is not None:
+            b = self.baseline
+            lines.append(f"           Deployment {b.deployment_name}, InferencePool "
+                         f"{b.pool_name}" + (f", picker {b.epp_name}" if b.epp_name else ""))
         lines.append(f"approval   {self.spec.approve}")
         return "\n".join(lines)
 
@@ -118,7 +137,7 @@ def _route(view: PoolView) -> HTTPRoute:
 def _check_names(kube: Kube, new: NewVersion) -> None:
     """A derived name taken by an object no rollout made is refused: it would be adopted."""
     bodies = [b for b in (new.deployment, new.pool, new.epp_service, new.epp_deployment)
-              if b is not None]
+              if b is not None] + (new.baseline.bodies() if new.baseline else [])
     for body in bodies:
         meta = body["metadata"]
         try:
@@ -148,7 +167,9 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
     service, epp_deployment = _epp(kube, view)
     new = derive(pool=view.pool, pool_obj=_pool_object(kube, apis, namespace, name),
                  deployment=deployment, change=spec.change, run_id=run_id,
-                 container=spec.container, epp_service=service, epp_deployment=epp_deployment)
+                 container=spec.container, epp_service=service, epp_deployment=epp_deployment,
+                 baseline=spec.baseline == "fresh-copy" or (
+                     record is not None and record.baseline_pool is not None))
     new_ref = PoolRef(view.pool.ref.group, namespace, new.pool_name)
     ours = record is not None and record.old_pool == name and record.version == new.digest
     if record is None or ours:  # (another rollout's route is checked once that one is settled)
@@ -167,4 +188,13 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
     else:
         mode = choose_mode(spec.mode, room, new.replicas, new.gpus_per_replica,
                            spec.capacity_step)
-    return Plan(spec, apis, view, route, new, room, mode, record)
+    if ours:  # resumed: the baseline the record names, whatever this run asks
+        assert record is not None
+        with_baseline = record.baseline_pool is not None
+        note = ("fresh-copy (resumed: the one the earlier run made)" if with_baseline else
+                "none (resumed: the earlier run had none): judged against the old pool")
+    else:
+        with_baseline, note = choose_baseline(spec.baseline, mode, room, new.replicas,
+                                              new.gpus_per_replica)
+    return Plan(spec, apis, view, route, new, room, mode, record,
+                new.baseline if with_baseline else None, note)

@@ -15,6 +15,14 @@ Blue-green:
    as the new ones are now (a version bad only under load shows here first); then the old
    version is kept warm for `keep_old_s`, then scaled to 0 (or deleted); the record ends.
 
+With a baseline (`--baseline fresh-copy`, blue-green only): a fresh copy of the old version, as
+large as the new one, is created, made Ready and warmed with it; below 50 % it gets the new
+version's weight (the old one the rest) and the new version is judged against it, both pools'
+replicas equally busy from the first step; from 50 % on its weight is 0 and the new version is
+judged against the old pool. It is removed (route, Deployment, pool, picker) once 100 % is
+reached, and on a rollback or an abort; the record names it, so the next run removes what a
+crashed one left.
+
 Fixed-capacity (no spare GPUs): stages of k replicas: the old Deployment shrinks by k, once its
 pods are gone the new one grows by k, and when those are Ready and warm the weights follow the
 ready replicas on each side; each stage below 100 % is judged like a step.
@@ -73,7 +81,7 @@ from gpuops.tasks.rollout.state import (
 )
 from gpuops.tasks.rollout.timeline import StepResult, timeline_text
 from gpuops.tasks.rollout.warmup import Batch, is_warm, served_models, warm_up_batch
-from gpuops.tasks.rollout.weights import WeightSplit
+from gpuops.tasks.rollout.weights import WeightSplit, judged_against_baseline, step_split
 
 POLL_S = 1.0  # readiness and pod waits
 Ask = Callable[[str, ApprovalRequest], Awaitable[Approval]]
@@ -149,12 +157,15 @@ class Course:
         await perform(RecordRollout(self.kube, self.apis, self.ns, self.route, self.lock,
                                     record_annotations(record), what=what), dry_run=False)
 
+    def split(self, weight: int) -> WeightSplit:
+        return step_split(weight, baseline=self.plan.baseline is not None)
+
     async def set_weight(self, weight: int, **changes: Any) -> None:
         record = self._record(weight=weight, **changes)
         await perform(SetRouteWeights(
             self.kube, self.apis, self.ns, self.route, self.lock, record_annotations(record),
-            old=self.plan.old_ref, new=self.plan.new_ref,
-            split=WeightSplit(100 - weight, weight)), dry_run=False)
+            old=self.plan.old_ref, new=self.plan.new_ref, split=self.split(weight),
+            baseline=self.plan.baseline_ref), dry_run=False)
 
     async def scale(self, deployment: str, replicas: int) -> None:
         await perform(ScaleDeployment(self.kube, self.ns, deployment, replicas, self.lock),
@@ -172,10 +183,14 @@ class Course:
             assert existing is not None
             self.record = existing.advance(now=_now(), run=self.run_id)
         else:
+            baseline = self.plan.baseline
             self.record = RolloutRecord(
                 self.run_id, self.plan.old.pool.name, new.pool_name, new.old_deployment,
                 new.deployment_name, new.epp_name, new.digest, self.plan.mode, "preparing", 0,
-                self.plan.old.model_server().replicas, _now())
+                self.plan.old.model_server().replicas, _now(),
+                baseline_pool=baseline.pool_name if baseline else None,
+                baseline_deployment=baseline.deployment_name if baseline else None,
+                baseline_epp=baseline.epp_name if baseline else None)
         try:
             if self.record.phase == "rolling-back":
                 raise RolloutStopped("a rollback an earlier run began", "rolled back")
@@ -214,14 +229,26 @@ class Course:
                             len(steps) - 1)
             if self.record.passed:
                 start_at += 1
+        baseline = self.plan.baseline
         if self.record.phase in ("preparing", "warming"):
             await self.write_record("preparing the new version", phase="preparing")
             await self._create(new.replicas)
             await self.scale(new.deployment_name, new.replicas)
+            if baseline is not None:  # started with the new one: both warm up meanwhile
+                await self._create_baseline(new.replicas)
             await self.write_record("warming the new version", phase="warming")
             await self.wait_ready_and_warm(new.replicas)
+            if baseline is not None:
+                await self.wait_ready_and_warm(new.replicas, pool=baseline.pool_name,
+                                               model=served_model(new.old_version),
+                                               what="the baseline")
         else:
             await self.wait_ready_and_warm(new.replicas, warm_up=False)
+            if baseline is not None and step_split(self.record.weight, baseline=True).baseline:
+                await self.wait_ready_and_warm(new.replicas, warm_up=False,
+                                               pool=baseline.pool_name,
+                                               model=served_model(new.old_version),
+                                               what="the baseline")
         for index in range(start_at, len(steps)):
             weight = steps[index]
             if weight == 100 and start_at == 0:
@@ -233,6 +260,18 @@ class Course:
                     await self._judge_full(index + 1)
                 break
             await self._judge(index + 1, weight)
+
+    async def _create_baseline(self, replicas: int) -> None:
+        baseline = self.plan.baseline
+        assert baseline is not None
+        for body in baseline.bodies():
+            if body is baseline.deployment:
+                body = {**body, "spec": {**body["spec"], "replicas": replicas}}
+            await perform(CreateObject(self.kube, body, self.lock), dry_run=False)
+        if baseline.epp_deployment is not None and baseline.epp_name:
+            await self.scale(baseline.epp_name,
+                             int(baseline.epp_deployment["spec"]["replicas"]))
+        await self.scale(baseline.deployment_name, replicas)
 
     async def _judge_full(self, index: int) -> None:
         """At 100 %, while the old version is still warm: the new one, now as busy per replica
@@ -310,11 +349,16 @@ class Course:
                                            self.plan.old.pool.name)
         new_view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns,
                                            self.plan.new.pool_name)
+        against = self._against(weight, history)
+        if against != self.plan.old.pool.name:
+            old_view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns,
+                                               against)
         step = StepResult(index, weight, sum(p.ready for p in old_view.pods),
                           sum(p.ready for p in new_view.pods), _now())
-        verdict = await self.analyse(step.started, history)
+        verdict = await self.analyse(step.started, history, against=against)
         ended = _now()
-        note = "" if history is None else (
+        note = f"against the baseline {against}" if against != self.plan.old.pool.name else \
+            "" if history is None else (
             f"against the old version's window {history[0]:%H:%M:%S} .. "
             f"{history[1]:%H:%M:%S} (step {self.steps[0].index})")
         if verdict.status is Status.PASS:
@@ -331,15 +375,26 @@ class Course:
                f"{(ended - step.started).total_seconds():.0f} s")
         raise RolloutStopped(f"{why}\n{verdict_text(verdict)}", outcome)
 
+    def _against(self, weight: int, history: tuple[datetime, datetime] | None) -> str:
+        """The pool the step is judged against: the baseline while it carries the new
+        version's weight, else the old pool."""
+        if history is None and self.plan.baseline is not None and \
+                judged_against_baseline(self.split(weight)):
+            return self.plan.baseline.pool_name
+        return self.plan.old.pool.name
+
     async def analyse(self, start: datetime,
-                      history: tuple[datetime, datetime] | None = None) -> Verdict:
-        """The new version against the old over [start, now], judged after `window_s` and
-        again every `poll_s` while it WAITs, until `step_timeout_s`."""
+                      history: tuple[datetime, datetime] | None = None, *,
+                      against: str | None = None) -> Verdict:
+        """The new version against the old (or `against`, the baseline) over [start, now],
+        judged after `window_s` and again every `poll_s` while it WAITs, until
+        `step_timeout_s`."""
         timing = self.spec.timing
         await self.pause(timing.window_s)
         while True:
             end = _now()
-            verdict = await asyncio.to_thread(self._verdict, start, end, history)
+            verdict = await asyncio.to_thread(self._verdict, start, end, history,
+                                              against or self.plan.old.pool.name)
             get_run_logger().info("analysis %s .. %s: %s", start.strftime("%H:%M:%S"),
                                   end.strftime("%H:%M:%S"), verdict.reason)
             if verdict.status is not Status.WAIT or \
@@ -348,8 +403,9 @@ class Course:
             await self.pause(timing.poll_s)
 
     def _verdict(self, start: datetime, end: datetime,
-                 history: tuple[datetime, datetime] | None = None) -> Verdict:
-        old = read_pool_view(self.kube, self.apis, self.ns, self.plan.old.pool.name)
+                 history: tuple[datetime, datetime] | None = None,
+                 against: str | None = None) -> Verdict:
+        old = read_pool_view(self.kube, self.apis, self.ns, against or self.plan.old.pool.name)
         new = read_pool_view(self.kube, self.apis, self.ns, self.plan.new.pool_name)
         for view in (old, new):
             self.pods_seen.setdefault(view.pool.name, set()).update(p.name for p in view.pods)
@@ -389,16 +445,18 @@ class Course:
                                      f"most {at_most})", "not ready")
             await self.pause(POLL_S)
 
-    async def wait_ready_and_warm(self, replicas: int, *, warm_up: bool = True
-                                  ) -> list[str]:
-        """The new pool's Ready pods once `replicas` of them are Ready, answer `/v1/models`
-        with the served model and (`warm_up`) have warmed up; a `RolloutStopped` naming what
-        the pods wait for when that takes longer than `ready_timeout_s`."""
+    async def wait_ready_and_warm(self, replicas: int, *, warm_up: bool = True,
+                                  pool: str | None = None, model: str | None = None,
+                                  what: str = "the new version") -> list[str]:
+        """The new pool's (or `pool`'s) Ready pods once `replicas` of them are Ready, answer
+        `/v1/models` with the served model and (`warm_up`) have warmed up; a
+        `RolloutStopped` naming what the pods wait for when that takes longer than
+        `ready_timeout_s`."""
         timing = self.spec.timing
         deadline = _now() + timedelta(seconds=timing.ready_timeout_s)
-        model = served_model(self.plan.new.version) or ""
+        model = model if model is not None else served_model(self.plan.new.version) or ""
         port = self.plan.old.pool.target_ports[0]
-        name = self.plan.new.pool_name
+        name = pool or self.plan.new.pool_name
         while True:
             view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns, name)
             ready = [p.name for p in view.pods if p.ready]
@@ -408,15 +466,15 @@ class Course:
                 if all(a is not None and (not model or model in a) for a in answers):
                     break
             if _now() >= deadline:
-                raise RolloutStopped(await asyncio.to_thread(self._not_ready, view, replicas),
-                                     "not ready")
+                raise RolloutStopped(await asyncio.to_thread(self._not_ready, view, replicas,
+                                                             what), "not ready")
             await self.pause(POLL_S)
         if warm_up and timing.warmup_requests > 0:
-            await self._warm_up(ready, port, model, deadline)
+            await self._warm_up(ready, port, model, deadline, what)
         return ready
 
-    async def _warm_up(self, pods: list[str], port: int, model: str, deadline: datetime
-                       ) -> None:
+    async def _warm_up(self, pods: list[str], port: int, model: str, deadline: datetime,
+                       what: str = "the new version") -> None:
         timing = self.spec.timing
         previous: dict[str, Batch] = {}
         while True:
@@ -425,7 +483,7 @@ class Course:
             failing = [b for b in batches if b.failed * 2 > b.sent]
             if failing:
                 raise RolloutStopped(
-                    "the new version fails its warm-up requests: " + ", ".join(
+                    f"{what} fails its warm-up requests: " + ", ".join(
                         f"{b.pod} {b.failed} of {b.sent}" for b in failing), "not ready")
             if is_warm(previous, batches, timing.warm_tolerance):
                 get_run_logger().info("warm: %s", ", ".join(
@@ -433,12 +491,12 @@ class Course:
                     for b in batches))
                 return
             if _now() >= deadline:
-                raise RolloutStopped("the new version was still warming up (TTFT falling) "
+                raise RolloutStopped(f"{what} was still warming up (TTFT falling) "
                                      f"after {timing.ready_timeout_s:g} s", "not ready")
             previous = {b.pod: b for b in batches}
             await self.pause(timing.warmup_interval_s)
 
-    def _not_ready(self, view: PoolView, replicas: int) -> str:
+    def _not_ready(self, view: PoolView, replicas: int, what: str = "the new version") -> str:
         ready = sum(p.ready for p in view.pods)
         reasons = []
         for pod in view.pods:
@@ -449,7 +507,7 @@ class Course:
             except KubeNotFound:
                 continue
             reasons.append(f"{pod.name}: {_waiting_reason(raw)}")
-        return (f"image: the new version's pods did not become Ready and warm within "
+        return (f"image: {what}'s pods did not become Ready and warm within "
                 f"{self.spec.timing.ready_timeout_s:g} s ({ready} of {replicas} Ready"
                 + (f"; {'; '.join(reasons)}" if reasons else "") + ")")
 
@@ -459,6 +517,10 @@ class Course:
         """The old version kept warm `keep_old_s`, then scaled to 0 or deleted."""
         assert self.record is not None
         record = self.record
+        # The baseline has carried nothing since 50 %: its GPUs go back now, not after
+        # keep_old_s.
+        await remove_baseline(self.kube, self.apis, self.ns, self.route, record,
+                              group=self.plan.old_ref.group)
         if record.phase != "promoted":
             until = _now() + timedelta(seconds=self.spec.timing.keep_old_s)
             await self.write_record("promoted; the old version kept warm until "
@@ -526,12 +588,15 @@ async def roll_back(kube: Kube, apis: ServedApis, namespace: str, route: str,
     old, new = PoolRef(group, namespace, record.old_pool), PoolRef(group, namespace,
                                                                   record.new_pool)
     back = record.advance(now=_now(), phase="rolling-back", weight=0)
+    baseline = PoolRef(group, namespace, record.baseline_pool) if record.baseline_pool else None
     await perform(SetRouteWeights(kube, apis, namespace, route, lock, record_annotations(back),
-                                  old=old, new=new, split=WeightSplit(100, 0)), dry_run=False)
+                                  old=old, new=new, split=WeightSplit(100, 0),
+                                  baseline=baseline), dry_run=False)
     await perform(ScaleDeployment(kube, namespace, record.new_deployment, 0, lock),
                   dry_run=False)
     if record.epp:
         await perform(ScaleDeployment(kube, namespace, record.epp, 0, lock), dry_run=False)
+    await remove_baseline(kube, apis, namespace, route, back, group=group)
     await perform(ScaleDeployment(kube, namespace, record.old_deployment, record.old_replicas,
                                   lock), dry_run=False)
     await perform(RecordRollout(kube, apis, namespace, route, lock,
@@ -545,6 +610,7 @@ async def retire_old(kube: Kube, apis: ServedApis, namespace: str, route: str,
     """After a promotion: the old version scaled to 0, or deleted (off the route first), and
     the record ended."""
     lock = pool_target(namespace, record.old_pool)
+    await remove_baseline(kube, apis, namespace, route, record)
     await perform(ScaleDeployment(kube, namespace, record.old_deployment, 0, lock),
                   dry_run=False)
     ended = ended_annotations(record, "completed", _now())
@@ -558,6 +624,32 @@ async def retire_old(kube: Kube, apis: ServedApis, namespace: str, route: str,
                   dry_run=False)
     for api_version, kind, name in (("apps/v1", "Deployment", record.old_deployment),
                                     (api.api_version, "InferencePool", record.old_pool)):
+        await perform(DeleteObject(kube, api_version, kind, namespace, name, lock),
+                      dry_run=False)
+
+
+async def remove_baseline(kube: Kube, apis: ServedApis, namespace: str, route: str,
+                          record: RolloutRecord, *, group: str | None = None) -> None:
+    """The baseline the record names (none: nothing to do) off the route (it carries 0 %
+    by now), scaled to 0 and deleted with its pool and picker. Each part holds when it is
+    gone already, so a run removing what a crashed one half removed goes through."""
+    if not record.baseline_pool:
+        return
+    lock = pool_target(namespace, record.old_pool)
+    api = apis.inference_pool
+    pool = PoolRef(group or api.group, namespace, record.baseline_pool)
+    await perform(RemoveBackend(kube, apis, namespace, route, lock, {}, pool=pool),
+                  dry_run=False)
+    objects: list[tuple[str, str, str]] = []
+    if record.baseline_deployment:
+        await perform(ScaleDeployment(kube, namespace, record.baseline_deployment, 0, lock),
+                      dry_run=False)
+        objects.append(("apps/v1", "Deployment", record.baseline_deployment))
+    objects.append((api.api_version, "InferencePool", record.baseline_pool))
+    if record.baseline_epp:
+        objects += [("apps/v1", "Deployment", record.baseline_epp),
+                    ("v1", "Service", record.baseline_epp)]
+    for api_version, kind, name in objects:
         await perform(DeleteObject(kube, api_version, kind, namespace, name, lock),
                       dry_run=False)
 

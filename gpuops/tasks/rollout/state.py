@@ -51,13 +51,19 @@ class RolloutRecord:
     updated: datetime
     keep_old_until: datetime | None = None  # promoted: when the old version may go
     passed: bool = False  # the step at `weight` was judged and passed
+    # The baseline (a fresh copy of the old version, `--baseline fresh-copy`): its pool,
+    # Deployment and picker, named before they are made so a crashed run's are removed too.
+    baseline_pool: str | None = None
+    baseline_deployment: str | None = None
+    baseline_epp: str | None = None
 
     def advance(self, *, now: datetime, **changes: Any) -> RolloutRecord:
         return dataclasses.replace(self, updated=now, **changes)
 
     def for_storage(self) -> str:
         data: dict[str, Any] = {k: v for k, v in dataclasses.asdict(self).items()
-                                if k not in ("updated", "keep_old_until")}
+                                if k not in ("updated", "keep_old_until")
+                                and not (k.startswith("baseline_") and v is None)}
         data["updated"] = _stamp(self.updated)
         if self.keep_old_until is not None:
             data["keep_old_until"] = _stamp(self.keep_old_until)
@@ -103,7 +109,10 @@ class RolloutRecord:
                    get("old_deployment", str), get("new_deployment", str),
                    get("epp", str, optional=True), get("version", str), get("mode", str),
                    cast(Phase, phase), get("weight", int), get("old_replicas", int), updated,
-                   when("keep_old_until", optional=True), data.get("passed") is True)
+                   when("keep_old_until", optional=True), data.get("passed") is True,
+                   get("baseline_pool", str, optional=True),
+                   get("baseline_deployment", str, optional=True),
+                   get("baseline_epp", str, optional=True))
 
 
 def read_record(annotations: dict[str, str], where: str) -> RolloutRecord | None:

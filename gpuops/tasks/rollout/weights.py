@@ -1,6 +1,9 @@
 """Moving an HTTPRoute's traffic split between the old and the new InferencePool (pure).
 
-A split is two integer percentages (old, new) that sum to 100. Every rule of the route that
+A split is integer percentages (old, new, and the baseline's when there is one) that sum to
+100. A baseline is a fresh copy of the old version as large as the new one
+(`--baseline fresh-copy`): below 50 % it gets the new version's weight (`step_split`), so the
+two are judged at equal loads per replica; from 50 % on it gets 0 and the old the rest. Every rule of the route that
 names either pool gets both backendRefs with those weights: a missing one is added (the first
 step adds the new pool), a pool at 0 keeps its backendRef (a rollback only moves weights back).
 A rule that also sends traffic elsewhere (another backend with weight > 0) is refused: the
@@ -24,13 +27,33 @@ from gpuops.tasks.rollout.objects import POOL_KIND, HTTPRoute, PoolRef, RouteRul
 Patch = list[dict[str, Any]]
 
 
+# Below this share the baseline carries as much as the new version; from it on, the old
+# version's replicas are about as busy as the new ones and the old pool is the comparison.
+BASELINE_UNTIL = 50
+
+
 @dataclass(frozen=True)
 class WeightSplit:
     old: int
     new: int
+    baseline: int = 0
 
     def __str__(self) -> str:
-        return f"{self.old}/{self.new}"
+        return f"{self.old}/{self.new}" + (f"/{self.baseline}" if self.baseline else "")
+
+
+def step_split(weight: int, *, baseline: bool) -> WeightSplit:
+    """The split at a step giving the new version `weight` %: with a baseline and below
+    `BASELINE_UNTIL`, the baseline gets as much and the old one the rest (98/1/1 at 1 %)."""
+    weight = _percentage(weight, "weight")
+    if baseline and 0 < weight < BASELINE_UNTIL:
+        return WeightSplit(100 - 2 * weight, weight, weight)
+    return WeightSplit(100 - weight, weight, 0)
+
+
+def judged_against_baseline(split: WeightSplit) -> bool:
+    """Is the new version compared with the baseline (it carries traffic) at this split?"""
+    return split.baseline > 0
 
 
 def _percentage(value: object, field: str) -> int:
@@ -50,26 +73,46 @@ def parse_split(old: object, new: object, *, field: str = "weights") -> WeightSp
     return split
 
 
-def current_split(route: HTTPRoute, old: PoolRef, new: PoolRef) -> dict[int, tuple[int, int]]:
-    """(old, new) weights per rule index, for every rule naming either pool."""
-    return {r.index: (route.weight_of(r, old), route.weight_of(r, new))
-            for r in route.rules_for(old, new)}
+def check_split(split: WeightSplit, *, field: str = "weights") -> WeightSplit:
+    """`split` itself when its shares are percentages summing to 100, else a `ConfigError`."""
+    for name, value in (("old", split.old), ("new", split.new), ("baseline", split.baseline)):
+        _percentage(value, f"{field}.{name}")
+    total = split.old + split.new + split.baseline
+    if total != 100:
+        raise ConfigError(field, f"old + new + baseline must be 100, got {split.old} + "
+                          f"{split.new} + {split.baseline} = {total}")
+    return split
 
 
-def split_applied(route: HTTPRoute, old: PoolRef, new: PoolRef, split: WeightSplit) -> bool:
+def _pools(old: PoolRef, new: PoolRef, baseline: PoolRef | None) -> tuple[PoolRef, ...]:
+    return (old, new) if baseline is None else (old, new, baseline)
+
+
+def current_split(route: HTTPRoute, old: PoolRef, new: PoolRef,
+                  baseline: PoolRef | None = None) -> dict[int, tuple[int, ...]]:
+    """(old, new[, baseline]) weights per rule index, for every rule naming any of them."""
+    pools = _pools(old, new, baseline)
+    return {r.index: tuple(route.weight_of(r, p) for p in pools)
+            for r in route.rules_for(*pools)}
+
+
+def split_applied(route: HTTPRoute, old: PoolRef, new: PoolRef, split: WeightSplit,
+                  baseline: PoolRef | None = None) -> bool:
     """Does every rule naming the pools carry `split` already (the postcondition)?"""
-    weights = current_split(route, old, new)
-    return bool(weights) and all(w == (split.old, split.new) for w in weights.values())
+    weights = current_split(route, old, new, baseline)
+    wanted = (split.old, split.new) if baseline is None else (split.old, split.new,
+                                                              split.baseline)
+    return bool(weights) and all(w == wanted for w in weights.values())
 
 
-def _check_rule(route: HTTPRoute, rule: RouteRule, old: PoolRef, new: PoolRef) -> None:
+def _check_rule(route: HTTPRoute, rule: RouteRule, pools: tuple[PoolRef, ...]) -> None:
     where = f"HTTPRoute {route}.spec.rules[{rule.index}]"
-    for pool in (old, new):
+    for pool in pools:
         if len(rule.backends_of(pool)) > 1:
             raise ConfigError(f"{where}.backendRefs", f"names InferencePool {pool} more than "
                               "once; merge those backendRefs first")
     for b in rule.backends:
-        if b.weight > 0 and not (b.names(old) or b.names(new)):
+        if b.weight > 0 and not any(b.names(p) for p in pools):
             raise ConfigError(f"{where}.backendRefs[{b.index}]",
                               f"also sends traffic to {b.kind} {b.namespace}/{b.name} "
                               f"(weight {b.weight}); a rollout needs a rule that routes to the "
@@ -96,13 +139,25 @@ def _annotation_ops(route: HTTPRoute, annotations: Mapping[str, str | None]) -> 
 
 
 def weight_patch(route: HTTPRoute, old: PoolRef, new: PoolRef, split: WeightSplit, *,
-                 annotations: Mapping[str, str | None] | None = None) -> Patch:
+                 annotations: Mapping[str, str | None] | None = None,
+                 baseline: PoolRef | None = None) -> Patch:
     """The JSON patch that gives every rule naming `old` or `new` the weights `split`.
 
-    `annotations`: set (a string) or removed (None) in the same patch. Empty when the route
-    already carries the split and the annotations: nothing to do."""
+    `baseline`: the baseline pool, given `split.baseline` (a baseline at 0 the rule does not
+    name is not added: there is nothing to send it). `annotations`: set (a string) or removed
+    (None) in the same patch. Empty when the route already carries the split and the
+    annotations: nothing to do."""
     if old == new:
         raise ConfigError("new_pool", f"is the old pool itself ({old})")
+    if baseline is not None and baseline in (old, new):
+        raise ConfigError("baseline", f"is the old or the new pool itself ({baseline})")
+    check_split(split)
+    if split.baseline and baseline is None:
+        raise ConfigError("baseline", f"split {split} gives a baseline traffic but names no "
+                          "baseline pool")
+    pools = _pools(old, new, baseline)
+    shares = ((old, split.old), (new, split.new)) + (
+        () if baseline is None else ((baseline, split.baseline),))
     rules = route.rules_for(old, new)
     if not rules:
         routed = sorted({f"{b.namespace}/{b.name}" for r in route.rules for b in r.backends
@@ -111,10 +166,12 @@ def weight_patch(route: HTTPRoute, old: PoolRef, new: PoolRef, split: WeightSpli
                           f"{old} nor {new}; it routes to: {', '.join(routed) or 'no pool'}")
     ops: Patch = []
     for rule in rules:
-        _check_rule(route, rule, old, new)
+        _check_rule(route, rule, pools)
         base = f"/spec/rules/{rule.index}/backendRefs"
-        for pool, weight in ((old, split.old), (new, split.new)):
+        for pool, weight in shares:
             found = rule.backends_of(pool)
+            if not found and pool == baseline and weight == 0:
+                continue
             if not found:
                 ref: dict[str, Any] = {"group": pool.group, "kind": POOL_KIND, "name": pool.name,
                                        "weight": weight}
