@@ -80,7 +80,7 @@ def test_get_pods_all_namespaces_shows_the_default_workloads_with_their_status(k
     assert any(r["NAME"].startswith("llama-3-8b-") for r in rows)
     assert all(re.fullmatch(r"\d+/\d+", r["READY"]) for r in rows)
     assert {r["STATUS"] for r in rows} <= {"Running", "ContainerCreating", "Pending",
-                                           "Completed"}
+                                           "Completed", "Terminating"}
     plugins = [r for r in rows if r["NAME"].startswith("nvidia-device-plugin-daemonset-")]
     assert len(plugins) == 10  # one per GPU node: 3 H100, 3 A100, 4 L4
 
