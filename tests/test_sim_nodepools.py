@@ -285,9 +285,14 @@ def test_an_asg_pool_follows_its_instances(sim_factory, aws, tmp_path):
     v1 = client.CoreV1Api(sim.api)
     asg = boto("autoscaling", aws)
     name = f"{CLUSTER}-l4"
-    wait_for(lambda: (g := asg.describe_auto_scaling_groups(
-        AutoScalingGroupNames=[name])["AutoScalingGroups"]) and g[0]["Instances"],
-        message="the l4 ASG with its node's instance")
+    def group_instances() -> set[str]:
+        groups = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])
+        return {i["InstanceId"] for i in groups["AutoScalingGroups"][0]["Instances"]}
+
+    # The group and the pool agree first (moto's own first instance may still be being
+    # replaced by the adopted node's: seen on a loaded machine).
+    wait_for(lambda: (ids := group_instances()) and ids == node_instances(sim, "l4"),
+             message="the l4 ASG holding exactly its node's instance")
     before = {n.metadata.name for n in pool_nodes(sim.api, "l4")}
     asg.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=2)
     group = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"][0]
