@@ -34,10 +34,11 @@ Each with three gate sets on the same seeded requests: `gpuops` (the default gat
 to the old version, `min_requests`), `unmatched_loads` (the same without the load matching of
 `Analysis.load_match`: the gates before it), `fixed_threshold` (an Argo/Flagger-style gate:
 TTFT p90 <= `slo_ttft_p90_s` and error ratio <= 1 %, absolute, no baseline, no minimum count),
-and `baseline_pool_what_if`, a design gpuops does not have: Kayenta's baseline, a fresh copy of
-the old version as large as the new one, started and warmed with it and given the same weight,
-so the default gates compare two pools equally busy at every step (1 % included) — at the
-price of that copy's GPUs; from 50 % on, the new one is compared with the old pool as usual.
+and `gpuops_fresh_copy`, the flow's `--baseline fresh-copy` (Kayenta's baseline): a fresh copy
+of the old version as large as the new one, started and warmed with it and given the same
+weight below 50 % (`weights.step_split`, as `tasks/rollout/run.py` sets it), so the default
+gates compare two pools equally busy at every step (1 % included) — at the price of that
+copy's GPUs; from 50 % on, the new one is compared with the old pool as usual.
 
 Figures (medians over seeds; simulated seconds):
 - `good_time_to_full_s`: new replicas Ready -> 100 % (warm-up included), per mode;
@@ -79,12 +80,13 @@ from gpuops.tasks.rollout.gates import (
 )
 from gpuops.tasks.rollout.params import DEFAULT_STEPS, Timing
 from gpuops.tasks.rollout.warmup import Batch, is_warm
+from gpuops.tasks.rollout.weights import WeightSplit, judged_against_baseline, step_split
 
 VERSIONS = ("good", "good_no_spare_gpus", "bad", "slow", "bad_under_load",
             "bad_under_load_no_spare_gpus")
 GOOD = ("good", "good_no_spare_gpus")
 FIXED_CAPACITY = ("good_no_spare_gpus", "bad_under_load_no_spare_gpus")
-GATE_SETS = ("gpuops", "unmatched_loads", "fixed_threshold", "baseline_pool_what_if")
+GATE_SETS = ("gpuops", "unmatched_loads", "fixed_threshold", "gpuops_fresh_copy")
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,7 @@ class Course:
         self.judge_full = judge_full
         self.full_at: float | None = None  # when 100 % was set
         self.baseline_pool = baseline_pool
+        self.split = WeightSplit(100, 0)  # the route's, as set last
 
     def warm_up(self, deadline: float) -> str | None:
         """Batches until the new replicas' TTFT stops falling; why not, or None."""
@@ -179,10 +182,11 @@ class Course:
     def set_weight(self, weight: int) -> None:
         if self.first_traffic is None and weight > 0:
             self.first_traffic = self.stack.snapshot()
-        self.stack.weight = weight
-        # the what-if baseline takes as much as the new pool while the old keeps the most
-        has_baseline = bool(self.stack.pools["baseline"].replicas)
-        self.stack.baseline_weight = weight if has_baseline and weight < 50 else 0
+        # the flow's split: with a baseline, it takes as much as the new pool below 50 %
+        split = step_split(weight, baseline=bool(self.stack.pools["baseline"].replicas))
+        self.split = split
+        self.stack.weight = split.new
+        self.stack.baseline_weight = split.baseline
 
     def judge_step(self, baseline: tuple[Snapshot, Snapshot] | None = None) -> Verdict:
         """The step's window, extended while it WAITs, as `Course.analyse` does; against
@@ -194,7 +198,7 @@ class Course:
         while True:
             end = self.stack.snapshot()
             old_start, old_end = baseline or (start["old"], end["old"])
-            against = "baseline" if self.stack.baseline_weight else "old"
+            against = "baseline" if judged_against_baseline(self.split) else "old"
             if against == "baseline":
                 old_start, old_end = start["baseline"], end["baseline"]
             analysis = self.analysis if baseline is None else against_history(self.analysis)
@@ -284,7 +288,7 @@ def roll_out(scenario: Scenario, version: str, gate_set: str, seed: int) -> Outc
     stack.advance(scenario.timing.window_s)  # the old version serving before the rollout
     course = Course(stack, scenario, analysis_for(gate_set, scenario), bad,
                     judge_full=gate_set != "unmatched_loads",
-                    baseline_pool=gate_set == "baseline_pool_what_if")
+                    baseline_pool=gate_set == "gpuops_fresh_copy")
     return course.fixed_capacity() if version in FIXED_CAPACITY else course.blue_green()
 
 

@@ -186,7 +186,7 @@ class ServingStack:
         self.profile = profile
         self.pools = {"old": Pool("old"), "new": Pool("new"), "baseline": Pool("baseline")}
         self.weight = 0  # the new pool's %
-        self.baseline_weight = 0  # a fresh copy of the old version's % (what-if only)
+        self.baseline_weight = 0  # a fresh copy of the old version's % (gpuops_fresh_copy)
         self.made: dict[str, int] = {}
 
     def add(self, pool: str, version: str, n: int, degradations: tuple[Degradation, ...] = (),
