@@ -5,9 +5,27 @@ afterwards. Nothing here asserts on time."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+
 import pytest
 
-from tests.serving_rollout.stack import MODEL, artifacts, new_pool_of, rollout, timeline
+from gpuops.flows.serving_rollout import serving_rollout_abort
+from tests.helpers import wait_for
+from tests.serving_rollout.stack import (
+    MODEL,
+    NS,
+    artifacts,
+    mark_crashed,
+    new_pool_of,
+    rollout,
+    rollout_record,
+    timeline,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,8 +56,46 @@ def test_a_slower_version_is_caught_at_a_small_step_against_a_fresh_copy_of_the_
     new = new_pool_of(stack)
     assert stack.pools() == sorted([MODEL, new])
     assert stack.weights() == {MODEL: 100, new: 0}
-    deployments = stack.deployments()
-    assert not any("baseline" in name for name in deployments), deployments
-    assert deployments[MODEL] == 2 and deployments[new] == 0
-    assert not any("baseline" in s for s in stack.snapshot()["services"])
+    _no_baseline_left(stack)
+    assert stack.deployments()[MODEL] == 2 and stack.deployments()[new] == 0
     assert stack.ready_pods(MODEL) == 2
+
+
+def _no_baseline_left(stack) -> None:
+    assert not any("baseline" in p for p in stack.pools()), stack.pools()
+    assert not any("baseline" in d for d in stack.deployments()), stack.deployments()
+    assert not any("baseline" in s for s in stack.snapshot()["services"])
+
+
+def test_the_baseline_a_killed_run_left_is_removed_by_the_rollback_of_what_it_left(
+        stack, served, tmp_path):
+    blocks = served(lock_timeout_s=150)  # the killed run's slots free themselves in 60 s
+    params = {"pool": f"{NS}/{MODEL}", "image": "vllm/vllm-openai:v0.12.0",
+              "baseline": "fresh-copy", **blocks}
+    code = ("import asyncio, json, sys; from gpuops.flows.serving_rollout import "
+            "serving_rollout; asyncio.run(serving_rollout(**json.loads(sys.argv[1])))")
+    killed = subprocess.Popen([sys.executable, "-c", code, json.dumps(params)],
+                              stdout=subprocess.DEVNULL,
+                              stderr=(tmp_path / "killed.log").open("w"),
+                              start_new_session=True)
+    try:
+        record = wait_for(lambda: (r := rollout_record(stack)) and r["weight"] == 1 and r,
+                          timeout=150, interval=0.2, message="the rollout at its 1 % step")
+    finally:
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait(10)
+    new, baseline = record["new_pool"], record["baseline_pool"]
+    # What the crash left: three pools on the route, the baseline as loaded as the new one.
+    assert stack.weights() == {MODEL: 98, new: 1, baseline: 1}
+    assert stack.ready_pods(baseline) == stack.ready_pods(new) == 2
+    asyncio.run(mark_crashed(record["run"]))
+
+    state = asyncio.run(serving_rollout_abort(
+        pool=f"{NS}/{MODEL}", reason="test", cluster_block=blocks["cluster_block"],
+        rollout_block=blocks["rollout_block"], return_state=True))
+
+    assert state.name == "Aborted", state.message
+    assert stack.weights() == {MODEL: 100, new: 0}
+    assert rollout_record(stack) is None
+    _no_baseline_left(stack)
+    assert stack.deployments()[new] == 0 and stack.deployments()[MODEL] == 2
