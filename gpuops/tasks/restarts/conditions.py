@@ -541,6 +541,10 @@ def _evicted_by_gpuops(value: bool, facts: RestartFacts, _: float) -> Match | No
     evicted = ev.trigger == "pod-failed" and (ev.pod_reason == "Evicted" or any(
         c.type == "DisruptionTarget" and c.status == "True" and c.reason in _EVICTING
         for c in ev.pod_conditions))
+    # The evict action marks the pod just before it calls the Eviction API and takes the mark
+    # off when the eviction is refused, so a marked pod that is being deleted is that
+    # eviction, even where no DisruptionTarget condition was recorded (before Kubernetes 1.26).
+    evicted = evicted or ev.pod_deleting
     if bool(run_id and evicted) != value:
         return None
     if not value:
