@@ -340,18 +340,21 @@ def run(*, models: int = 6, copies: int = 12, train_days: int = 14, eval_days: f
     minute_ticks = round(60 / tick_s)
     totals: dict[str, dict[str, Any]] = {
         p: {"gpu_hours": 0.0, "cost": 0.0, "waits": {}, "cold": 0.0} for p in POLICIES}
-    for m in fleet:
+    for model_index, m in enumerate(fleet):
         evaluated = work[m.name][eval_from:]
         usable = len(evaluated) // minute_ticks * minute_ticks
         peak_minute = evaluated[:usable].reshape(-1, minute_ticks).sum(axis=1).max() / 60.0
         static_nodes = max(1, math.ceil(peak_minute / target_utilization
                                         / (m.gpus_per_node // m.gpus_per_replica)))
-        for policy in POLICIES:
+        for policy_index, policy in enumerate(POLICIES):
+            # Each replay draws its own load times: one policy's scale-ups must not change
+            # the draws (and so the figures) of another.
             result = replay_policy(
                 work[m.name], m, tick_s=tick_s, policy=policy,
                 floor_nodes=floors[m.name] if policy == "gpuops" else None,
                 static_nodes=static_nodes, load_s=load_s, node_lag_s=node_lag_s,
-                target_utilization=target_utilization, eval_from=eval_from, rng=rng)
+                target_utilization=target_utilization, eval_from=eval_from,
+                rng=np.random.default_rng([seed, model_index, policy_index]))
             hours = result["node_seconds"] / 3600.0
             totals[policy]["gpu_hours"] += hours * m.gpus_per_node
             totals[policy]["cost"] += hours * m.price_per_hour
@@ -384,6 +387,7 @@ def run(*, models: int = 6, copies: int = 12, train_days: int = 14, eval_days: f
         "node_lag_s": node_lag_s, "load_p95_s": round(float(np.quantile(load_s, 0.95)), 1),
         "forecast_methods": plan_stats["methods"], "headroom": plan_stats["headroom"],
         "plans": plan_stats["plans"],
+        "gpuops_headroom_on": bool(headroom), "forecast_quantile": quantile,
         "plan_solve_s_max": round(plan_stats["plan_solve_s_max"], 2),
     })
     figures.update(solve_time_table(sizes, time_limit=solve_time_limit, gap=gap, seed=seed))
