@@ -38,6 +38,7 @@ from gpuops.blocks.connections import (
 from gpuops.blocks.loading import load_block
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.errors import TemporaryError
+from gpuops.common.png import png_data_uri
 from gpuops.common.settings import PrometheusSettings, get_settings
 from gpuops.tasks.actions.perform import SafeAction, hold_targets, perform, recording_actions
 from gpuops.tasks.actions.scale_in import ScaleInPool
@@ -121,7 +122,7 @@ async def _publish_report(plan: CapacityPlan, config: CapacityConfig, targets: l
     await acreate_table_artifact(table=costs.rows(), key="capacity-plan-cost",
                                  description=f"Cost over the next {plan.hours} h")
     png = await asyncio.to_thread(report.forecast_chart_png, records)
-    await acreate_image_artifact(image_url=report.png_data_uri(png), key="capacity-forecast",
+    await acreate_image_artifact(image_url=png_data_uri(png), key="capacity-forecast",
                                  description=f"Forecast vs actual demand, last "
                                  f"{config.chart_days} days, and the next {plan.hours} h")
 

@@ -43,6 +43,7 @@ from gpuops.blocks.rollout import RolloutPolicy
 from gpuops.common.annotations import ROLLOUT_ABORT
 from gpuops.common.errors import PrometheusError
 from gpuops.common.flow_runs import run_is_active
+from gpuops.common.png import png_data_uri
 from gpuops.common.settings import PrometheusSettings, get_settings
 from gpuops.tasks.actions.perform import hold_targets, perform, recording_actions
 from gpuops.tasks.approvals.block_kit import ApprovalRequest
@@ -50,7 +51,6 @@ from gpuops.tasks.approvals.request import Approval, request_approval, resume_ap
 from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.clients.prometheus import Prometheus
 from gpuops.tasks.rollout.actions import RequestAbort, abort_target, pool_target, route_target
-from gpuops.tasks.rollout.chart import png_data_uri
 from gpuops.tasks.rollout.notify import slack_notifier
 from gpuops.tasks.rollout.params import RolloutSpec, parse_pool, parse_spec
 from gpuops.tasks.rollout.preflight import Plan, preflight

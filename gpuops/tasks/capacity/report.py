@@ -9,13 +9,12 @@ no global state, safe in a served process with several runs).
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
+from gpuops.common.png import figure_png
 from gpuops.tasks.capacity.forecast import Forecast
 from gpuops.tasks.capacity.plan import CapacityPlan
 from gpuops.tasks.capacity.prewarm import CostSummary, PoolTarget
@@ -100,12 +99,4 @@ def forecast_chart_png(records: Sequence[ForecastRecord], *, dpi: int = 72) -> b
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncol=5, loc="upper left")
-    figure.autofmt_xdate()
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
-
-
-def png_data_uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return figure_png(figure)

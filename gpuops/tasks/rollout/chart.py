@@ -9,14 +9,13 @@ what the old one did meanwhile.
 
 from __future__ import annotations
 
-import base64
-import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pandas as pd
 
+from gpuops.common.png import figure_png
 from gpuops.tasks.rollout.metrics import (
     FAILED_REASONS,
     MetricNames,
@@ -89,13 +88,4 @@ def chart_png(curves: Mapping[str, Mapping[str, pd.Series]], marks: Sequence[Ste
                      xycoords=("data", "axes fraction"), fontsize=7, ha="left", va="bottom")
     top.legend(fontsize=7, loc="upper left")
     figure.suptitle(title, fontsize=9)
-    figure.autofmt_xdate()
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    return buffer.getvalue()
-
-
-def png_data_uri(png: bytes) -> str:
-    """What an image artifact's `image_url` takes for a picture stored nowhere else."""
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return figure_png(figure)
