@@ -32,6 +32,7 @@ from .controllers.disruption import DisruptionController
 from .controllers.garbagecollector import GarbageCollector
 from .controllers.gateway import GatewayStatusController
 from .controllers.job import JobController
+from .controllers.leaderworkerset import LeaderWorkerSetController
 from .controllers.nodelifecycle import NodeLifecycleController
 from .controllers.replicaset import ReplicaSetController
 from .controllers.statefulset import StatefulSetController
@@ -139,6 +140,7 @@ class SimCluster:
             StatefulSetController(store, clock, recorder, owners),
             DaemonSetController(store, clock, recorder, owners),
             JobController(store, clock, recorder, owners),
+            LeaderWorkerSetController(store, clock, recorder, owners),
             DisruptionController(store, clock, recorder),
             GarbageCollector(store, clock, owners),
         ]

@@ -8,6 +8,7 @@ updates the index at once, so a metrics step or a scrape never rescans the store
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
@@ -32,6 +33,11 @@ ANN_ITL_BASE = "sim.gpuops.io/itl-base-seconds"  # pod: inter-token latency of a
 ANN_WARMUP = "sim.gpuops.io/warmup-seconds"  # pod: how long a replica is cold after Ready
 ANN_COLD_TTFT = "sim.gpuops.io/cold-ttft-factor"  # pod: TTFT multiplier at Ready
 ANN_COLD_ITL = "sim.gpuops.io/cold-itl-factor"  # pod: inter-token latency multiplier at Ready
+# A LeaderWorkerSet's pods: a group is one replica, served by its leader (worker 0).
+LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
+LWS_LEADER = "leaderworkerset.sigs.k8s.io/leader-name"
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,9 @@ class PodFacts:
         return cls(annotations.get(ANN_MODEL) or vllm_model_arg(containers),
                    tuple(c.get("image", "") for c in containers), " ".join(argv),
                    replica_profile(annotations, argv))
+
+
+_NO_FACTS = PodFacts(None, (), "", ReplicaProfile())
 
 
 @dataclass(frozen=True)
@@ -203,6 +212,8 @@ class ServingIndex:
         self.pod_pools: dict[str, set[PoolKey]] = {}
         self.gpus = gpus  # registered its listener first: a change reaches it before this
         self.views: dict[str, PodView] = {}  # pool members and GPU pods on a node
+        # LeaderWorkerSet groups: group key -> worker index -> (ready, ready since)
+        self.groups: dict[str, dict[int, tuple[bool, float | None]]] = {}
         self._facts: dict[str, tuple[Any, dict[str, str], PodFacts]] = {}
         listeners = ((self.pool_type, self._pool_changed), (self.route_type, self._route_changed),
                      (self.pod_type, self._pod_changed))
@@ -233,6 +244,8 @@ class ServingIndex:
         uid = meta["uid"]
         if event == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             self._forget(uid)
+            if self._group_member(event, pod):
+                self._leader_changed(pod)  # its group is no longer whole
             return
         spec = pod.get("spec") or {}
         annotations = meta.get("annotations") or {}
@@ -241,8 +254,11 @@ class ServingIndex:
             cached[1] == annotations else None
         holds_gpus = self.gpus.node_of(uid) is not None
         labels = meta.get("labels") or {}
+        worker = self._group_member(event, pod)
         pools = {k for k in self.pools_by_ns.get(meta.get("namespace", ""), ())
                  if self.pools[k].selector and labels_match(self.pools[k].selector, labels)}
+        if worker:
+            pools = set()  # a group's worker serves nothing of its own: its leader does
         if not pools and not holds_gpus:
             if uid in self.views:
                 self._forget(uid)  # it left every pool
@@ -250,7 +266,7 @@ class ServingIndex:
         if facts is None:
             facts = PodFacts.of(spec, annotations)
             self._facts[uid] = (meta.get("generation"), annotations, facts)
-        view = PodView.of(pod, facts)
+        view = self._as_replica(PodView.of(pod, facts), pod)
         old = self.views.get(uid)
         was_in = self.pod_pools.get(uid, set())
         if (pools or was_in) and (pools != was_in or old is None or old.ready != view.ready):
@@ -264,6 +280,52 @@ class ServingIndex:
         else:
             self.pod_pools.pop(uid, None)
         self.views[uid] = view
+        if worker:
+            self._leader_changed(pod)
+
+    # --- LeaderWorkerSet groups ------------------------------------------------------------------
+
+    def _group_member(self, event: str, pod: dict[str, Any]) -> int:
+        """Track a LeaderWorkerSet pod's readiness in its group; its worker index (0: the
+        leader, or no such pod)."""
+        labels = pod["metadata"].get("labels") or {}
+        key, index = labels.get(LWS_GROUP_KEY), labels.get(LWS_WORKER_INDEX, "")
+        if not key or not index.isdigit():
+            return 0
+        members = self.groups.setdefault(key, {})
+        view_ready = PodView.of(pod, _NO_FACTS)
+        if event == "DELETED" or (pod.get("status") or {}).get("phase") in ("Succeeded",
+                                                                           "Failed"):
+            members.pop(int(index), None)
+            if not members:
+                self.groups.pop(key, None)
+        else:
+            members[int(index)] = (view_ready.ready, view_ready.ready_since)
+        return int(index)
+
+    def _as_replica(self, view: PodView, pod: dict[str, Any]) -> PodView:
+        """A group's leader is a Ready replica once every pod of its group is Ready, since
+        the last of them became Ready."""
+        meta = pod["metadata"]
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        key, size = labels.get(LWS_GROUP_KEY), str(annotations.get(LWS_SIZE, "1"))
+        if not key or labels.get(LWS_WORKER_INDEX) != "0" or not size.isdigit() or \
+                int(size) <= 1 or not view.ready:
+            return view
+        members = self.groups.get(key, {})
+        states = [members.get(i) for i in range(int(size))]
+        if any(s is None or not s[0] for s in states):
+            return dataclasses.replace(view, ready=False, ready_since=None)
+        since = [s[1] for s in states if s is not None and s[1] is not None]
+        return dataclasses.replace(view, ready_since=max(since) if since else view.ready_since)
+
+    def _leader_changed(self, worker: dict[str, Any]) -> None:
+        meta = worker["metadata"]
+        leader_name = (meta.get("annotations") or {}).get(LWS_LEADER)
+        leader = self.store.find(self.pod_type, meta.get("namespace", ""), leader_name) \
+            if leader_name else None
+        if leader is not None:
+            self._on_pod("MODIFIED", leader)
 
     def _forget(self, uid: str) -> None:
         if uid in self.pod_pools:
