@@ -37,6 +37,7 @@ from gpuops.tasks.restarts.logtime import written_by
 from gpuops.tasks.restarts.rules import (
     CONDITION_KEYS,
     Conditions,
+    LogWords,
     NodeConditionMatch,
     PodConditionMatch,
     Recency,
@@ -252,17 +253,36 @@ class RestartFacts:
 
         Prefixes that launchers put on every line (`[rank0]: `) are taken off the lines
         that follow the traceback's head before looking for its unindented last line."""
+        return None if self._exception is None else self._exception[2]
+
+    @cached_property
+    def exception_line_number(self) -> int | None:
+        """The 0-based log line number of `exception_line` (to judge how recent it is)."""
+        return None if self._exception is None else self._exception[1]
+
+    @cached_property
+    def traceback_lines(self) -> list[tuple[int, str]]:
+        """(line number, line) of the last Python traceback, its head to its exception."""
+        if self._exception is None:
+            return []
+        head, last, _ = self._exception
+        return list(enumerate(self.log_lines))[head:last + 1]
+
+    @cached_property
+    def _exception(self) -> tuple[int, int, str] | None:
+        """(head line number, exception line number, exception line) of the last traceback."""
         text = self.evidence.previous_log
         at = text.rfind(_TRACEBACK_HEAD)
         if at < 0:
             return None
         line_start = text.rfind("\n", 0, at) + 1
+        head_number = text.count("\n", 0, at)
         prefix = text[line_start:at]
-        for line in text[at:].splitlines()[1:]:
+        for offset, line in enumerate(text[at:].split("\n")[1:], start=1):
             line = line.rstrip("\r")
             body = line[len(prefix):] if prefix and line.startswith(prefix) else line
             if body.strip() and not body[:1].isspace() and not body.startswith(_TRACEBACK_HEAD):
-                return line
+                return head_number, head_number + offset, line
         return None
 
 
@@ -379,6 +399,42 @@ def _waiting_message(value: list[re.Pattern[str]], facts: RestartFacts,
 @condition("log_regex")
 def _log_regex(value: list[re.Pattern[str]], facts: RestartFacts, _: float) -> Match | None:
     hits = facts.log_matches(value)
+    if not hits:
+        return None
+    cited = _last(line for _, line in hits)
+    return Match(cited, log_at=tuple(n for n, line in hits if line in cited))
+
+
+@condition("log_words")
+def _log_words(value: list[LogWords], facts: RestartFacts, _: float) -> Match | None:
+    hits: set[tuple[int, str]] = set()
+    for words in value:
+        first, *rest = words.all_of
+        hits.update((n, line) for n, line in facts.log_matches(first)
+                    if all(any(t.search(line) for t in group) for group in rest)
+                    and not any(p.search(line) for p in words.unless))
+    if not hits:
+        return None
+    ordered = sorted(hits)
+    cited = _last(line for _, line in ordered)
+    return Match(cited, log_at=tuple(n for n, line in ordered if line in cited))
+
+
+@condition("log_exception_regex")
+def _log_exception(value: list[re.Pattern[str]], facts: RestartFacts,
+                   _: float) -> Match | None:
+    line = facts.exception_line
+    if line is None or not any(p.search(line) for p in value):
+        return None
+    return Match((line,), {"exception": line.strip()},
+                 log_at=(facts.exception_line_number,) if facts.exception_line_number is not None
+                 else ())
+
+
+@condition("log_traceback_regex")
+def _log_traceback_regex(value: list[re.Pattern[str]], facts: RestartFacts,
+                         _: float) -> Match | None:
+    hits = [(n, line) for n, line in facts.traceback_lines if any(p.search(line) for p in value)]
     if not hits:
         return None
     cited = _last(line for _, line in hits)

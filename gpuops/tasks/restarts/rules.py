@@ -29,7 +29,10 @@ for YAML anchors the rules share, such as the shipped file's Xid classes):
 Conditions (all keys of one mapping must hold; lists mean "any of"):
 `terminated.reason`, `terminated.exit_code` (ints or "a-b" ranges), `terminated.message_regex`,
 `signal` (from `signal`, else exit code - 128), `ran_for_at_most_s`, `waiting_reason`,
-`waiting_message_regex`, `log_regex`, `log_traceback`, `pod_event_reason`,
+`waiting_message_regex`, `log_regex`, `log_words` (a vocabulary: a log line holding one
+term of every group, and none of `unless`; see `LogWords`), `log_traceback`,
+`log_exception_regex` (the exception the last Python traceback ends with),
+`log_traceback_regex` (any line of that traceback, its frames included), `pod_event_reason`,
 `pod_event_message_regex`, `node_event_reason`, `node_event_message_regex`, `node_condition`
 ({type, status, reason, message_regex}, or a list: any), `node_xid_in` (Xids on the
 container's GPUs, by PCI bus id or index where known, within `window_s`), `node_xid`
@@ -158,6 +161,43 @@ class Recency(_Strict):
     stale_penalty: float = Field(0.25, ge=0, le=1)
 
 
+def _term(text: str) -> re.Pattern[str]:
+    """One vocabulary term, case-insensitive, matched where a word starts: `oom` finds
+    "OOM" and "OOMKilled" but not "room"; `cuda` finds "cudaMalloc" and "CUDA0"."""
+    body = _compile(text).pattern.removeprefix("(?i)")
+    return re.compile(r"(?i)(?<![A-Za-z0-9])(?:" + body + ")")
+
+
+def _terms(value: Any) -> Any:
+    if not isinstance(value, list) or not value:
+        raise ValueError("a group is a non-empty list of terms")
+    return [_term(t) if not isinstance(t, re.Pattern) else t for t in value]
+
+
+def _unless(value: Any) -> Any:
+    return [_compile("(?i)" + t.removeprefix("(?i)")) if isinstance(t, str) else _compile(t)
+            for t in (_as_list(value) or [])]
+
+
+TermGroup = Annotated[list[Regex], BeforeValidator(_terms)]
+
+
+class LogWords(_Strict):
+    """`log_words`: the vocabulary of a failure rather than one program's sentence. A log line
+    counts when it holds a term of every group in `all` (terms are case-insensitive regular
+    expressions matched where a word starts) and matches none of `unless` (case-insensitive
+    regular expressions: the red herrings, such as host memory for a GPU-memory rule):
+
+        log_words:
+          all: [[out of memory, oom, insufficient \\w* ?memory], [cuda, gpu, device]]
+          unless: ["shared memory", "/dev/shm"]
+
+    Several mappings in a list: any of them."""
+
+    all_of: list[TermGroup] = Field(alias="all", min_length=1)
+    unless: Annotated[list[Regex], BeforeValidator(_unless)] = Field(default_factory=list)
+
+
 class Conditions(_Strict):
     """One set of conditions; every one given must hold. Keys are as written in rule files."""
 
@@ -169,7 +209,10 @@ class Conditions(_Strict):
     waiting_reason: StrList | None = None
     waiting_message_regex: RegexList | None = None
     log_regex: RegexList | None = None
+    log_words: Annotated[list[LogWords], BeforeValidator(_as_list)] | None = None
     log_traceback: bool | None = None
+    log_exception_regex: RegexList | None = None
+    log_traceback_regex: RegexList | None = None
     pod_event_reason: StrList | None = None
     pod_event_message_regex: RegexList | None = None
     node_event_reason: StrList | None = None

@@ -23,15 +23,15 @@ from gpuops.tasks.rollout.capacity import (
     Room,
     choose_baseline,
     choose_mode,
-    room_for,
 )
 from gpuops.tasks.rollout.derive import NewVersion, PoolCopy, derive, epp_deployment_of
 from gpuops.tasks.rollout.gates import with_comparable_step
 from gpuops.tasks.rollout.objects import HTTPRoute, PoolRef, PoolView, ServedApis
 from gpuops.tasks.rollout.params import RolloutSpec
-from gpuops.tasks.rollout.read_objects import read_pool_view, read_served_apis
+from gpuops.tasks.rollout.read_objects import read_pool_view, read_served_apis, read_workload
 from gpuops.tasks.rollout.state import RolloutRecord, read_record
 from gpuops.tasks.rollout.weights import WeightSplit, current_split, weight_patch
+from gpuops.tasks.rollout.workloads import room_for_replicas
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,9 @@ class Plan:
         lines = [f"pool       {self.old.pool.ref} -> {n.pool_name} (HTTPRoute {self.route})",
                  f"version    {n.old_version.describe()}",
                  f"        -> {n.version.describe()}",
-                 (f"workload   Deployment {n.old_deployment} -> {n.deployment_name}, "
-                  f"{n.replicas} replica(s) x {n.gpus_per_replica} GPU(s)"),
+                 (f"workload   {n.workload_kind} {n.old_deployment} -> {n.deployment_name}, "
+                  f"{n.replicas} replica(s) x {n.gpus_per_replica} GPU(s)"
+                  + (f" (groups of {n.group_size} pods)" if n.group_size > 1 else "")),
                  f"mode       {self.mode} ({self.room.describe(n.gpus_per_replica)})"]
         if n.epp_name:
             lines.append(f"picker     {n.epp_name} (Service + Deployment, --pool-name "
@@ -157,13 +158,9 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
     namespace, name = spec.pool.namespace, spec.pool.name
     view = read_pool_view(kube, apis, namespace, name, field="pool")
     server = view.model_server("pool")
-    if server.kind != "Deployment":
-        raise ConfigError("pool", f"InferencePool {view.pool.ref} is served by {server.kind} "
-                          f"{server.name}; rollouts of Deployments only so far")
     route = _route(view)
     record = read_record(dict(route.annotations), f"HTTPRoute {route}")
-    deployment = {**kube.get_deployment(namespace, server.name), "apiVersion": "apps/v1",
-                  "kind": "Deployment"}
+    deployment = read_workload(kube, server.kind, namespace, server.name)
     service, epp_deployment = _epp(kube, view)
     new = derive(pool=view.pool, pool_obj=_pool_object(kube, apis, namespace, name),
                  deployment=deployment, change=spec.change, run_id=run_id,
@@ -179,8 +176,7 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
         raise ConfigError("pool", f"InferencePool {view.pool.ref} gets no traffic on HTTPRoute "
                           f"{route} (weight 0): roll out from the pool that serves")
     _check_names(kube, new)
-    pod_spec = new.deployment["spec"]["template"].get("spec") or {}
-    room = room_for(pod_spec, new.gpus_per_replica, kube.list_nodes(), kube.list_pods())
+    room = room_for_replicas(new.deployment, kube.list_nodes(), kube.list_pods())
     mode: ChosenMode
     if ours:
         assert record is not None

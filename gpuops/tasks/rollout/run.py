@@ -82,6 +82,7 @@ from gpuops.tasks.rollout.state import (
 from gpuops.tasks.rollout.timeline import StepResult, timeline_text
 from gpuops.tasks.rollout.warmup import Batch, is_warm, served_models, warm_up_batch
 from gpuops.tasks.rollout.weights import WeightSplit, judged_against_baseline, step_split
+from gpuops.tasks.rollout.workloads import api_of
 
 POLL_S = 1.0  # readiness and pod waits
 Ask = Callable[[str, ApprovalRequest], Awaitable[Approval]]
@@ -168,8 +169,14 @@ class Course:
             baseline=self.plan.baseline_ref), dry_run=False)
 
     async def scale(self, deployment: str, replicas: int) -> None:
-        await perform(ScaleDeployment(self.kube, self.ns, deployment, replicas, self.lock),
-                      dry_run=False)
+        # The model servers (old, new, baseline) are of the old one's kind; pickers are
+        # Deployments.
+        new, base = self.plan.new, self.plan.baseline
+        servers = {new.old_deployment, new.deployment_name} | (
+            {base.deployment_name} if base else set())
+        kind = new.workload_kind if deployment in servers else "Deployment"
+        await perform(ScaleDeployment(self.kube, self.ns, deployment, replicas, self.lock,
+                                      kind), dry_run=False)
 
     # --- the course ---------------------------------------------------------------------------------
 
@@ -190,7 +197,8 @@ class Course:
                 self.plan.old.model_server().replicas, _now(),
                 baseline_pool=baseline.pool_name if baseline else None,
                 baseline_deployment=baseline.deployment_name if baseline else None,
-                baseline_epp=baseline.epp_name if baseline else None)
+                baseline_epp=baseline.epp_name if baseline else None,
+                workload=new.workload_kind)
         try:
             if self.record.phase == "rolling-back":
                 raise RolloutStopped("a rollback an earlier run began", "rolled back")
@@ -437,10 +445,11 @@ class Course:
         deadline = _now() + timedelta(seconds=self.spec.timing.ready_timeout_s)
         while True:
             view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns, pool)
-            if len(view.pods) <= at_most:
+            if view.replicas_present <= at_most:  # a group: until its last pod is gone
                 return
             if _now() >= deadline:
-                raise RolloutStopped(f"InferencePool {pool} still has {len(view.pods)} pod(s) "
+                raise RolloutStopped(f"InferencePool {pool} still has {view.replicas_present} "
+                                     "replica(s) "
                                      f"after {self.spec.timing.ready_timeout_s:g} s (wanted at "
                                      f"most {at_most})", "not ready")
             await self.pause(POLL_S)
@@ -592,13 +601,13 @@ async def roll_back(kube: Kube, apis: ServedApis, namespace: str, route: str,
     await perform(SetRouteWeights(kube, apis, namespace, route, lock, record_annotations(back),
                                   old=old, new=new, split=WeightSplit(100, 0),
                                   baseline=baseline), dry_run=False)
-    await perform(ScaleDeployment(kube, namespace, record.new_deployment, 0, lock),
-                  dry_run=False)
+    await perform(ScaleDeployment(kube, namespace, record.new_deployment, 0, lock,
+                                  record.workload), dry_run=False)
     if record.epp:
         await perform(ScaleDeployment(kube, namespace, record.epp, 0, lock), dry_run=False)
     await remove_baseline(kube, apis, namespace, route, back, group=group)
     await perform(ScaleDeployment(kube, namespace, record.old_deployment, record.old_replicas,
-                                  lock), dry_run=False)
+                                  lock, record.workload), dry_run=False)
     await perform(RecordRollout(kube, apis, namespace, route, lock,
                                 ended_annotations(back, outcome, _now(),
                                                   reason.splitlines()[0]),
@@ -611,8 +620,8 @@ async def retire_old(kube: Kube, apis: ServedApis, namespace: str, route: str,
     the record ended."""
     lock = pool_target(namespace, record.old_pool)
     await remove_baseline(kube, apis, namespace, route, record)
-    await perform(ScaleDeployment(kube, namespace, record.old_deployment, 0, lock),
-                  dry_run=False)
+    await perform(ScaleDeployment(kube, namespace, record.old_deployment, 0, lock,
+                                  record.workload), dry_run=False)
     ended = ended_annotations(record, "completed", _now())
     if not delete:
         await perform(RecordRollout(kube, apis, namespace, route, lock, ended,
@@ -622,7 +631,8 @@ async def retire_old(kube: Kube, apis: ServedApis, namespace: str, route: str,
     old = PoolRef(api.group, namespace, record.old_pool)
     await perform(RemoveBackend(kube, apis, namespace, route, lock, ended, pool=old),
                   dry_run=False)
-    for api_version, kind, name in (("apps/v1", "Deployment", record.old_deployment),
+    server = api_of(record.workload)
+    for api_version, kind, name in ((server.api_version, server.kind, record.old_deployment),
                                     (api.api_version, "InferencePool", record.old_pool)):
         await perform(DeleteObject(kube, api_version, kind, namespace, name, lock),
                       dry_run=False)
@@ -642,9 +652,10 @@ async def remove_baseline(kube: Kube, apis: ServedApis, namespace: str, route: s
                   dry_run=False)
     objects: list[tuple[str, str, str]] = []
     if record.baseline_deployment:
-        await perform(ScaleDeployment(kube, namespace, record.baseline_deployment, 0, lock),
-                      dry_run=False)
-        objects.append(("apps/v1", "Deployment", record.baseline_deployment))
+        await perform(ScaleDeployment(kube, namespace, record.baseline_deployment, 0, lock,
+                                      record.workload), dry_run=False)
+        server = api_of(record.workload)
+        objects.append((server.api_version, server.kind, record.baseline_deployment))
     objects.append((api.api_version, "InferencePool", record.baseline_pool))
     if record.baseline_epp:
         objects += [("apps/v1", "Deployment", record.baseline_epp),
