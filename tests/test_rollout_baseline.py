@@ -148,6 +148,10 @@ def test_the_record_names_the_baseline_so_a_later_run_removes_it():
     ("fresh-copy", "blue-green", 3, False, "needs room for 4 replica(s)"),
     ("fresh-copy", "fixed-capacity", 0, False, "blue-green copy only"),
     ("none", "blue-green", 8, False, "none: "),
+    # the default: a fresh copy where there is room for it, the old pool elsewhere
+    ("auto", "blue-green", 4, True, "fresh-copy (auto: there is room): 2 replica(s)"),
+    ("auto", "blue-green", 3, False, "none (auto, but a fresh copy needs room for 4"),
+    ("auto", "fixed-capacity", 0, False, "none (auto, but a fresh copy runs beside"),
 ])
 def test_the_baseline_runs_only_with_room_for_it_and_the_plan_says_why_not(
         requested, mode, fits, used, words):
@@ -160,7 +164,7 @@ def test_the_baseline_option_is_checked_naming_it():
     spec = parse_spec(pool="inference/llama", image="vllm/vllm-openai:v0.12.0",
                       baseline="fresh-copy")
     assert spec.baseline == "fresh-copy"
-    assert parse_spec(pool="llama", image="x:1").baseline == "none"
+    assert parse_spec(pool="llama", image="x:1").baseline == "auto"
     with pytest.raises(ConfigError) as err:
         parse_spec(pool="llama", image="x:1", baseline="kayenta")
     assert err.value.field == "baseline"
@@ -175,3 +179,23 @@ def test_the_bench_gate_set_of_the_flows_baseline_catches_the_slow_version_at_it
     assert fresh["bad_rolled_back"]["slow"] == 1 and fresh["false_rollbacks"] == 0
     assert fresh["bad_windows_to_rollback"]["slow"] < plain["bad_windows_to_rollback"]["slow"]
     assert fresh["bad_request_share_pct"]["slow"] < plain["bad_request_share_pct"]["slow"]
+
+
+def test_a_prewarm_is_planned_only_without_room_and_when_chosen_and_its_fallback_is_checked():
+    from gpuops.tasks.rollout.capacity import choose_prewarm
+
+    none = Room(0, 0, 1)
+    assert choose_prewarm("auto", "fixed-capacity", "fixed-capacity", 60, none, 4, 1, 1) is None
+    assert choose_prewarm("auto", "prewarm", "fixed-capacity", 60, Room(4, 4, 1), 4, 1, 1) is None
+    assert choose_prewarm("fixed-capacity", "prewarm", "fail", 60, none, 4, 1, 1) is None
+    warm = choose_prewarm("auto", "prewarm", "fixed-capacity", 60, Room(1, 1, 1), 4, 1, 1)
+    assert warm is not None and warm.replicas == 3 and warm.fallback == "fixed-capacity"
+    # blue-green asked for: a pre-warm that times out fails rather than go fixed-capacity
+    asked = choose_prewarm("blue-green", "prewarm", "fixed-capacity", 60, none, 4, 1, 1)
+    assert asked is not None and asked.fallback == "fail"
+    with pytest.raises(ConfigError) as err:  # 1 replica, 1 at a time: nothing would serve
+        choose_prewarm("auto", "prewarm", "fixed-capacity", 60, none, 1, 1, 1)
+    assert err.value.field == "prewarm_fallback"
+    with pytest.raises(ConfigError) as err:
+        parse_spec(pool="llama", image="x:1", no_room="wait")
+    assert err.value.field == "no_room"

@@ -63,12 +63,27 @@ class RolloutPolicy(Block):
                                "fixed-capacity mode.")
     approve: Literal["final", "every-step", "none"] = Field(
         "final", description="Ask for approval before 100 %, before every step, or never.")
-    baseline: Literal["none", "fresh-copy"] = Field(
-        "none", description="fresh-copy: a copy of the old version as large as the new one, "
+    baseline: Literal["auto", "none", "fresh-copy"] = Field(
+        "auto", description="fresh-copy: a copy of the old version as large as the new one, "
         "started and warmed with it and given its weight below 50 %, so both are judged "
         "equally busy from the first step (a version only slower is caught at 1 %); "
         "blue-green only, and it needs its GPUs too (else the plan says so and runs without "
-        "it).")
+        "it). auto: fresh-copy when there is room for it, else none (the old pool).")
+    no_room: Literal["fixed-capacity", "prewarm"] = Field(
+        "fixed-capacity", description="Without spare GPUs for a blue-green copy: "
+        "fixed-capacity, or prewarm: ask the capacity side (gpuops.gpu.capacity-needed) for "
+        "nodes for the new replicas and wait up to prewarm_timeout_s, then blue-green.")
+    prewarm_timeout_s: float = Field(900.0, gt=0, allow_inf_nan=False, description="How "
+                                     "long a pre-warm waits for the new pods to be placed.")
+    prewarm_fallback: Literal["fixed-capacity", "fail"] = Field(
+        "fixed-capacity", description="After a pre-warm timed out (its pods removed): "
+        "fixed-capacity, or fail the rollout.")
+    adapt_steps: bool | None = Field(None, description="Raise a first step whose window "
+                                     "would not see min_requests at the pool's measured "
+                                     "traffic (at most max_first_step); empty: on for the "
+                                     "built-in steps, off for steps given to a run.")
+    max_first_step: int = Field(10, ge=1, lt=50, description="The most a first step is "
+                                "raised to by adapt_steps, %.")
     approval_policy_block: str = Field("", description="The ApprovalPolicy Block approvals "
                                        "use; empty: the flow's policy_block parameter.")
     notify_channel: str = Field("", description="Slack channel told of rollbacks (with the "

@@ -307,9 +307,15 @@ def rollout_start(
     mode: Annotated[str | None, typer.Option(help="auto, blue-green or fixed-capacity.")] = None,
     approve: Annotated[str | None, typer.Option(help="final, every-step or none.")] = None,
     baseline: Annotated[str | None, typer.Option(
-        help="none, or fresh-copy: a copy of the old version as large as the new one, "
+        help="auto, none, or fresh-copy: a copy of the old version as large as the new one, "
         "given its weight below 50 % so both are judged equally busy (blue-green; needs its "
-        "GPUs too) [default: the rollout Block's]")] = None,
+        "GPUs too); auto: fresh-copy when there is room [default: the rollout Block's]")
+    ] = None,
+    no_room: Annotated[str | None, typer.Option(
+        help="fixed-capacity, or prewarm: without spare GPUs ask the capacity side for nodes "
+        "and wait, then blue-green [default: the rollout Block's]")] = None,
+    prewarm_fallback: Annotated[str | None, typer.Option(
+        help="After a pre-warm timed out: fixed-capacity or fail.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and plan; change "
                                           "nothing.")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the run to end and print "
@@ -342,7 +348,8 @@ def rollout_start(
         "pool": pool, "image": image, "model": model, "args": arg or None,
         "steps": parse_steps_option(steps), "gates": parse_gates_option(gates),
         "window_s": window_s, "min_requests": min_requests, "mode": mode, "approve": approve,
-        "baseline": baseline, "dry_run": dry_run, "rollout_block": rollout_block, "cluster_block": cluster_block,
+        "baseline": baseline, "no_room": no_room, "prewarm_fallback": prewarm_fallback,
+        "dry_run": dry_run, "rollout_block": rollout_block, "cluster_block": cluster_block,
         "slack_block": slack_block, "policy_block": policy_block}
     # Unset options (None, or a Block not named) are left out, so the served deployment's
     # own parameters apply: `gpuops up` names its approval policy there.

@@ -32,6 +32,7 @@ from prefect.artifacts import (
     acreate_table_artifact,
 )
 from prefect.concurrency.asyncio import AcquireConcurrencySlotTimeoutError
+from prefect.events import emit_event
 from prefect.exceptions import NotPausedError
 from prefect.runtime import flow_run as runtime_flow_run
 from prefect.states import Cancelled, Completed, Failed
@@ -42,6 +43,7 @@ from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.blocks.rollout import RolloutPolicy
 from gpuops.common.annotations import ROLLOUT_ABORT
 from gpuops.common.errors import PrometheusError
+from gpuops.common.events import event_name, k8s_resource
 from gpuops.common.flow_runs import run_is_active
 from gpuops.common.png import png_data_uri
 from gpuops.common.settings import PrometheusSettings, get_settings
@@ -55,7 +57,14 @@ from gpuops.tasks.rollout.notify import slack_notifier
 from gpuops.tasks.rollout.params import RolloutSpec, parse_pool, parse_spec
 from gpuops.tasks.rollout.preflight import Plan, preflight
 from gpuops.tasks.rollout.read_objects import read_served_apis
-from gpuops.tasks.rollout.run import Course, Result, check_resumable, retire_old, roll_back
+from gpuops.tasks.rollout.run import (
+    AskCapacity,
+    Course,
+    Result,
+    check_resumable,
+    retire_old,
+    roll_back,
+)
 from gpuops.tasks.rollout.state import RolloutRecord
 from gpuops.tasks.rollout.status import read_status
 from gpuops.tasks.rollout.timeline import timeline_rows, timeline_text
@@ -70,8 +79,11 @@ def spec_of(policy: RolloutPolicy, **given: Any) -> RolloutSpec:
     defaults = policy.model_dump(include={
         "steps", "gates", "min_requests", "window_s", "step_timeout_s", "poll_s",
         "ready_timeout_s", "warmup_requests", "warmup_interval_s", "warm_tolerance",
-        "keep_old_s", "on_success", "mode", "capacity_step", "approve", "baseline"})
+        "keep_old_s", "on_success", "mode", "capacity_step", "approve", "baseline", "no_room",
+        "prewarm_timeout_s", "prewarm_fallback", "adapt_steps", "max_first_step"})
     values = {**defaults, **{k: v for k, v in given.items() if v is not None}}
+    if given.get("steps") is not None and given.get("adapt_steps") is None:
+        values["adapt_steps"] = False  # steps a person gave this run are kept as given
     return parse_spec(**values)
 
 
@@ -82,7 +94,9 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
                           window_s: float | None = None, min_requests: int | None = None,
                           mode: Literal["auto", "blue-green", "fixed-capacity"] | None = None,
                           approve: Literal["final", "every-step", "none"] | None = None,
-                          baseline: Literal["none", "fresh-copy"] | None = None,
+                          baseline: Literal["auto", "none", "fresh-copy"] | None = None,
+                          no_room: Literal["fixed-capacity", "prewarm"] | None = None,
+                          prewarm_fallback: Literal["fixed-capacity", "fail"] | None = None,
                           dry_run: bool = False, rollout_block: str = "",
                           cluster_block: str = "", slack_block: str = "",
                           policy_block: str = ""):
@@ -105,7 +119,13 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
         baseline: none, or fresh-copy: a copy of the old version as large as the new one,
             started and warmed with it and given its weight below 50 %, so the two are
             judged equally busy from the first step (blue-green; its GPUs too, else the
-            plan says so and runs without it). Empty: the Block's.
+            plan says so and runs without it); auto: fresh-copy when there is room for it,
+            else none. Empty: the Block's (auto).
+        no_room: Without spare GPUs for blue-green: fixed-capacity, or prewarm: ask the
+            capacity side for nodes (gpuops.gpu.capacity-needed), wait up to the Block's
+            prewarm_timeout_s, then blue-green. Empty: the Block's.
+        prewarm_fallback: A pre-warm that timed out (its pods removed) goes on in
+            fixed-capacity mode or fails the rollout (fail). Empty: the Block's.
         dry_run: Check everything and publish the plan; change nothing.
         rollout_block: The RolloutPolicy Block with the defaults (empty: built-in ones).
         cluster_block: The KubernetesCluster Block (empty: settings).
@@ -117,7 +137,8 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
     policy: RolloutPolicy = await load_block(RolloutPolicy, rollout_block)
     spec = spec_of(policy, pool=pool, image=image, model=model, args=args, steps=steps,
                  gates=gates, window_s=window_s, min_requests=min_requests, mode=mode,
-                 approve=approve, baseline=baseline)
+                 approve=approve, baseline=baseline, no_room=no_room,
+                 prewarm_fallback=prewarm_fallback)
     cluster = await load_block(KubernetesCluster, cluster_block)
     kube: Kube = cluster.kube()
     prom = Prometheus(policy.prometheus_url or get_settings(PrometheusSettings).url)
@@ -151,7 +172,8 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
                 if isinstance(settled, str):
                     return Failed(name="Busy", message=settled)
                 course = Course(kube, prom, settled, run_id, ask=ask, notify=slack_notifier(
-                    slack_conn, policy.notify_channel or approvals.channel))
+                    slack_conn, policy.notify_channel or approvals.channel),
+                    ask_capacity=capacity_asker(kube))
                 try:
                     result = await course.run()
                 finally:
@@ -161,7 +183,9 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
                           f"(or its route) for more than {policy.lock_timeout_s:g} s; nothing "
                           "was changed")
     summary = {"outcome": result.outcome, "old_pool": plan.old.pool.name,
-               "new_pool": plan.new.pool_name, "mode": plan.mode,
+               "new_pool": plan.new.pool_name, "mode": course.plan.mode,
+               "baseline": course.plan.baseline.pool_name if course.plan.baseline else None,
+               "notes": list(course.notes),
                "steps": [{"weight": s.weight, "outcome": s.outcome} for s in result.steps]}
     log.info("rollout %s: %s", result.outcome, result.message.splitlines()[0])
     if result.outcome == "completed":
@@ -169,6 +193,20 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
     if result.outcome == "aborted":
         return Cancelled(name="Aborted", message=result.message)
     return Failed(name="RolledBack", message=result.message)
+
+
+CAPACITY_NEEDED = event_name("gpu", "capacity-needed")  # flows/capacity_for_pending.py
+
+
+def capacity_asker(kube: Kube) -> AskCapacity:
+    """How a pre-warm asks the capacity side for nodes: the event the GPU rebalance emits for
+    pods no node fits, handled by `capacity-for-pending/on-capacity-needed` (the same pools,
+    quotas and approval; a dry run unless capacity changes are applied)."""
+    async def ask(pods: list[str], reason: str) -> None:
+        emit_event(CAPACITY_NEEDED, resource=k8s_resource(kube.cluster_name, "Cluster", None,
+                                                          kube.cluster_name),
+                   payload={"pods": pods, "reason": reason})
+    return ask
 
 
 async def _settle_leftovers(kube: Kube, spec: RolloutSpec, run_id: str, plan: Plan
@@ -211,7 +249,9 @@ async def _publish_timeline(course: Course, result: Result | None) -> None:
         key="serving-rollout-summary", description="How the rollout went",
         markdown=f"# Serving rollout {plan.old.pool.ref} -> {plan.new.pool_name}: "
                  f"{outcome}\n\n" + (f"{result.message.splitlines()[0]}\n\n" if result else "")
-                 + f"```\n{plan.describe()}\n```\n\n## Steps\n\n```\n"
+                 + f"```\n{plan.describe()}\n```\n\n"
+                 + "".join(f"- {note}\n" for note in course.notes)
+                 + "\n## Steps\n\n```\n"
                  f"{timeline_text(course.steps)}\n```")
     try:
         png = await asyncio.to_thread(course.chart)

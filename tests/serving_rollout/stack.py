@@ -37,11 +37,14 @@ class Stack:
     the official client as a user would."""
 
     def __init__(self, sim, gpus: int = 8) -> None:
+        """`gpus` 0: no node made here (the scenario's node pools have them)."""
         self.sim = sim
         self.core = client.CoreV1Api(sim.api)
         self.apps = client.AppsV1Api(sim.api)
         self.custom = client.CustomObjectsApi(sim.api)
         self.core.create_namespace({"metadata": {"name": NS}})
+        if not gpus:
+            return
         capacity = {"cpu": "96", "memory": "1024Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
         self.core.create_node({
             "metadata": {"name": "gpu-node-0",
@@ -131,10 +134,14 @@ def save_blocks(stack: Stack, prometheus: str, slack_fake, **policy: Any) -> dic
     suffix = uuid.uuid4().hex[:8]
     names = {"cluster_block": f"cluster-{suffix}", "slack_block": f"slack-{suffix}",
              "policy_block": f"approvals-{suffix}", "rollout_block": f"rollout-{suffix}"}
+    # The old pool as the baseline and the steps as given (not the defaults, which take a
+    # fresh copy when there is room and adapt the first step to traffic): the tests that
+    # want those name them.
     values = {"window_s": 4, "step_timeout_s": 20, "poll_s": 1, "min_requests": 40,
               "ready_timeout_s": 60, "warmup_requests": 5, "warmup_interval_s": 1,
               "keep_old_s": 1, "approve": "none", "prometheus_url": prometheus,
-              "notify_channel": "#rollouts", **policy}
+              "notify_channel": "#rollouts", "baseline": "none", "adapt_steps": False,
+              **policy}
 
     async def save() -> None:
         await KubernetesCluster(cluster_name="test", kubeconfig_path=str(stack.sim.kubeconfig)

@@ -10,6 +10,8 @@ Ready with a timeout and never leaves a Pending pod behind.
 Blue-green needs room for a full copy beside the old version. Without it, fixed-capacity moves
 k replicas at a time: the old version shrinks by k, the GPUs it frees take k new replicas. That
 needs more than k old replicas (otherwise nothing would serve while the first new ones load).
+Or, when the person chose it (`no_room: prewarm`), the capacity side is asked for the GPUs and
+the rollout waits for them, then runs blue-green (`choose_prewarm`).
 """
 
 from __future__ import annotations
@@ -85,6 +87,40 @@ def room_for(pod_spec: Obj, gpus_per_replica: int, nodes: Iterable[Obj], pods: I
     return Room(fits, free, count)
 
 
+@dataclass(frozen=True)
+class Prewarm:
+    """Blue-green once the capacity side has added the GPUs `replicas` new replicas lack."""
+
+    replicas: int  # new replicas no free GPU holds now
+    gpus_per_replica: int
+    timeout_s: float
+    fallback: str  # fixed-capacity | fail, when the GPUs have not come by then
+
+    def describe(self) -> str:
+        then = ("falls back to fixed-capacity" if self.fallback == "fixed-capacity"
+                else "fails")
+        return (f"pre-warm: {self.replicas} new replica(s) x {self.gpus_per_replica} GPU(s) "
+                f"asked of the capacity side (gpuops.gpu.capacity-needed), placed within "
+                f"{self.timeout_s:g} s or the rollout removes them and {then}")
+
+
+def choose_prewarm(requested: str, no_room: str, fallback: str, timeout_s: float, room: Room,
+                   replicas: int, gpus_per_replica: int, k: int) -> Prewarm | None:
+    """A pre-warm when there is no room for blue-green and the person chose `prewarm` (mode
+    auto or blue-green); None otherwise. Its fallback to fixed-capacity needs what
+    fixed-capacity needs (checked now, before anything changes); with mode blue-green asked
+    for, a pre-warm that times out fails."""
+    if no_room != "prewarm" or requested == "fixed-capacity" or room.fits >= replicas:
+        return None
+    if requested == "blue-green":
+        fallback = "fail"
+    if fallback == "fixed-capacity" and replicas <= k:
+        raise ConfigError("prewarm_fallback", f"fixed-capacity after a pre-warm moving {k} "
+                          f"replica(s) at a time needs more than {k} old replica(s) (there are "
+                          f"{replicas}); use `fail`")
+    return Prewarm(replicas - room.fits, gpus_per_replica, timeout_s, fallback)
+
+
 def choose_mode(requested: str, room: Room, replicas: int, gpus_per_replica: int, k: int
                 ) -> ChosenMode:
     """The mode to run in, or a `ConfigError` on `mode` saying why the requested one cannot."""
@@ -129,15 +165,17 @@ def choose_baseline(requested: str, mode: ChosenMode, room: Room, replicas: int,
     """Whether the rollout runs with a fresh-copy baseline, and the plan's line saying why
     (not). It needs blue-green and room for the new copy and the baseline both (2 x
     `replicas`): without it the rollout runs without one rather than leave a Pending pod."""
-    if requested != "fresh-copy":
+    if requested not in ("fresh-copy", "auto"):
         return False, "none: the new version judged against the old pool"
+    asked = "fresh-copy asked" if requested == "fresh-copy" else "auto"
     if mode != "blue-green":
-        return False, ("none (fresh-copy asked, but it runs beside a blue-green copy only; "
+        return False, (f"none ({asked}, but a fresh copy runs beside a blue-green copy only; "
                        "fixed-capacity has no spare GPUs): judged against the old pool")
     if room.fits < 2 * replicas:
-        return False, (f"none (fresh-copy asked, but it needs room for {2 * replicas} "
+        return False, (f"none ({asked}, but a fresh copy needs room for {2 * replicas} "
                        f"replica(s), the new copy's and the baseline's; "
                        f"{room.describe(gpus_per_replica)}): judged against the old pool")
-    return True, (f"fresh-copy: {replicas} replica(s) x {gpus_per_replica} GPU(s) of the old "
+    return True, (f"fresh-copy{' (auto: there is room)' if requested == 'auto' else ''}: "
+                  f"{replicas} replica(s) x {gpus_per_replica} GPU(s) of the old "
                   "version, warmed with the new one and given its weight below 50 %; "
                   "the new version judged against it there, against the old pool from 50 % on")

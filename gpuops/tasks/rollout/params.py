@@ -17,10 +17,21 @@ with a typo stops before it touches the cluster.
 - Mode: `blue-green` (a full new copy beside the old: needs spare GPUs), `fixed-capacity`
   (no spare GPUs: shrink the old by k replicas, grow the new by k, weights tied to the ready
   replicas on each side), `auto` (blue-green when the GPUs are there).
-- Baseline: `none` (the new version judged against the old pool) or `fresh-copy` (blue-green
+- No room for blue-green: `fixed-capacity` (above), or `prewarm`: the new replicas are made
+  and the pods the scheduler cannot place are named to the capacity side
+  (`gpuops.gpu.capacity-needed`, which raises the node pool that would hold them), then the
+  run waits up to `prewarm_timeout_s` for them to be placed and goes blue-green; on time out
+  the new replicas go (nothing left Pending) and it falls back to fixed-capacity or fails
+  (`prewarm_fallback`).
+- Baseline: `none` (the new version judged against the old pool), `fresh-copy` (blue-green
   only: a fresh copy of the old version as large as the new one, started and warmed with it,
   given the new one's weight below 50 %, so the two are judged at equal loads from the first
-  step; its GPUs are needed too, else the plan says so and runs without it).
+  step; its GPUs are needed too, else the plan says so and runs without it) or `auto`
+  (the default, Kayenta's practice: fresh-copy when there is room for it, else none).
+- Steps that adapt to traffic (`adapt_steps`, on when the steps are the built-in ones): before
+  the first step the old pool's request rate is measured, and a first step whose window would
+  not see `min_requests` new-version requests is raised to the least weight that would, at
+  most `max_first_step` %; the timeline says why. Steps a person gave are kept as given.
 - Approval: before 100 % (`final`), before every step (`every-step`) or `none`.
 - After success: the old version kept warm `keep_old_s`, then scaled to 0 or deleted.
 """
@@ -39,8 +50,12 @@ from gpuops.tasks.rollout.gates import Analysis, parse_analysis
 Mode = Literal["auto", "blue-green", "fixed-capacity"]
 Approve = Literal["final", "every-step", "none"]
 OnSuccess = Literal["scale-to-zero", "delete"]
-Baseline = Literal["none", "fresh-copy"]
-BASELINES: tuple[Baseline, ...] = ("none", "fresh-copy")
+Baseline = Literal["auto", "none", "fresh-copy"]
+BASELINES: tuple[Baseline, ...] = ("auto", "none", "fresh-copy")
+NoRoom = Literal["fixed-capacity", "prewarm"]
+NO_ROOM: tuple[NoRoom, ...] = ("fixed-capacity", "prewarm")
+PrewarmFallback = Literal["fixed-capacity", "fail"]
+PREWARM_FALLBACKS: tuple[PrewarmFallback, ...] = ("fixed-capacity", "fail")
 MODES: tuple[Mode, ...] = ("auto", "blue-green", "fixed-capacity")
 APPROVALS: tuple[Approve, ...] = ("final", "every-step", "none")
 ON_SUCCESS: tuple[OnSuccess, ...] = ("scale-to-zero", "delete")
@@ -94,7 +109,12 @@ class RolloutSpec:
     approve: Approve = "final"
     on_success: OnSuccess = "scale-to-zero"
     container: str | None = None  # the vLLM container, when the pod has several
-    baseline: Baseline = "none"
+    baseline: Baseline = "auto"
+    no_room: NoRoom = "fixed-capacity"
+    prewarm_timeout_s: float = 900.0  # pre-warm: the new pods placed within this
+    prewarm_fallback: PrewarmFallback = "fixed-capacity"
+    adapt_steps: bool = True  # the first step raised to what the traffic can judge
+    max_first_step: int = 10  # ... at most this %
 
 
 def parse_pool(raw: object, field: str = "pool") -> PoolName:
@@ -192,8 +212,14 @@ def parse_spec(*, pool: object, image: object = None, model: object = None,
                warmup_interval_s: object = 15.0, warm_tolerance: object = 0.15,
                keep_old_s: object = 3600.0, mode: object = "auto", capacity_step: object = 1,
                approve: object = "final", on_success: object = "scale-to-zero",
-               container: object = None, baseline: object = "none") -> RolloutSpec:
-    """Every parameter checked, the first bad one raised naming it."""
+               container: object = None, baseline: object = "auto",
+               no_room: object = "fixed-capacity", prewarm_timeout_s: object = 900.0,
+               prewarm_fallback: object = "fixed-capacity", adapt_steps: object = None,
+               max_first_step: object = 10) -> RolloutSpec:
+    """Every parameter checked, the first bad one raised naming it.
+
+    `adapt_steps` None: on when the steps are the built-in ones (`steps` None or equal to
+    them), off for steps a person chose."""
     spec_pool = parse_pool(pool)
     change = parse_change(image, model, args)
     spec_steps = parse_steps(steps)
@@ -220,4 +246,24 @@ def parse_spec(*, pool: object, image: object = None, model: object = None,
         cast(Mode, _choice(mode, "mode", MODES)), _count(capacity_step, "capacity_step"),
         cast(Approve, _choice(approve, "approve", APPROVALS)),
         cast(OnSuccess, _choice(on_success, "on_success", ON_SUCCESS)),
-        container or None, cast(Baseline, _choice(baseline, "baseline", BASELINES)))
+        container or None, cast(Baseline, _choice(baseline, "baseline", BASELINES)),
+        cast(NoRoom, _choice(no_room, "no_room", NO_ROOM)),
+        _seconds(prewarm_timeout_s, "prewarm_timeout_s"),
+        cast(PrewarmFallback, _choice(prewarm_fallback, "prewarm_fallback",
+                                      PREWARM_FALLBACKS)),
+        _adapt(adapt_steps, spec_steps), _first_step_cap(max_first_step))
+
+
+def _adapt(raw: object, steps: tuple[int, ...]) -> bool:
+    if raw is None:
+        return steps == DEFAULT_STEPS
+    if not isinstance(raw, bool):
+        raise ConfigError("adapt_steps", f"must be true or false, got {raw!r}")
+    return raw
+
+
+def _first_step_cap(raw: object) -> int:
+    cap = _count(raw, "max_first_step")
+    if cap >= 50:  # a baseline carries as much below 50 %: 2 x cap must leave the old some
+        raise ConfigError("max_first_step", f"must be below 50 (%), got {cap}")
+    return cap

@@ -20,9 +20,11 @@ from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.rollout.actions import get_object
 from gpuops.tasks.rollout.capacity import (
     ChosenMode,
+    Prewarm,
     Room,
     choose_baseline,
     choose_mode,
+    choose_prewarm,
 )
 from gpuops.tasks.rollout.derive import NewVersion, PoolCopy, derive, epp_deployment_of
 from gpuops.tasks.rollout.gates import with_comparable_step
@@ -46,6 +48,7 @@ class Plan:
     record: RolloutRecord | None  # what the route records now (another run's, or ours)
     baseline: PoolCopy | None = None  # the fresh copy of the old version this run makes
     baseline_note: str = "none: the new version judged against the old pool"
+    prewarm: Prewarm | None = None  # no room yet: the GPUs asked of the capacity side
 
     @property
     def old_ref(self) -> PoolRef:
@@ -77,6 +80,8 @@ class Plan:
                   f"{n.replicas} replica(s) x {n.gpus_per_replica} GPU(s)"
                   + (f" (groups of {n.group_size} pods)" if n.group_size > 1 else "")),
                  f"mode       {self.mode} ({self.room.describe(n.gpus_per_replica)})"]
+        if self.prewarm is not None:
+            lines.append(f"           {self.prewarm.describe()}")
         if n.epp_name:
             lines.append(f"picker     {n.epp_name} (Service + Deployment, --pool-name "
                          f"{n.pool_name})")
@@ -165,7 +170,7 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
     new = derive(pool=view.pool, pool_obj=_pool_object(kube, apis, namespace, name),
                  deployment=deployment, change=spec.change, run_id=run_id,
                  container=spec.container, epp_service=service, epp_deployment=epp_deployment,
-                 baseline=spec.baseline == "fresh-copy" or (
+                 baseline=spec.baseline in ("fresh-copy", "auto") or (
                      record is not None and record.baseline_pool is not None))
     new_ref = PoolRef(view.pool.ref.group, namespace, new.pool_name)
     ours = record is not None and record.old_pool == name and record.version == new.digest
@@ -178,12 +183,16 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
     _check_names(kube, new)
     room = room_for_replicas(new.deployment, kube.list_nodes(), kube.list_pods())
     mode: ChosenMode
+    prewarm = None
     if ours:
         assert record is not None
         mode = "fixed-capacity" if record.mode == "fixed-capacity" else "blue-green"
     else:
-        mode = choose_mode(spec.mode, room, new.replicas, new.gpus_per_replica,
-                           spec.capacity_step)
+        prewarm = choose_prewarm(spec.mode, spec.no_room, spec.prewarm_fallback,
+                                 spec.prewarm_timeout_s, room, new.replicas,
+                                 new.gpus_per_replica, spec.capacity_step)
+        mode = "blue-green" if prewarm is not None else choose_mode(
+            spec.mode, room, new.replicas, new.gpus_per_replica, spec.capacity_step)
     if ours:  # resumed: the baseline the record names, whatever this run asks
         assert record is not None
         with_baseline = record.baseline_pool is not None
@@ -193,4 +202,4 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
         with_baseline, note = choose_baseline(spec.baseline, mode, room, new.replicas,
                                               new.gpus_per_replica)
     return Plan(spec, apis, view, route, new, room, mode, record,
-                new.baseline if with_baseline else None, note)
+                new.baseline if with_baseline else None, note, prewarm)

@@ -23,6 +23,13 @@ judged against the old pool. It is removed (route, Deployment, pool, picker) onc
 reached, and on a rollback or an abort; the record names it, so the next run removes what a
 crashed one left.
 
+Pre-warm (no spare GPUs and `no_room: prewarm`): blue-green, but once the new Deployment is
+made, the pods the scheduler could not place are named to the capacity side (`ask_capacity`:
+the flow emits `gpuops.gpu.capacity-needed`, whose handler raises the node pool that would
+hold them) and the run waits up to `prewarm_timeout_s` for every new pod to be placed. On
+time out the new Deployment is scaled to 0 (no pod is left Pending) and the rollout goes on
+in fixed-capacity mode, or stops, as the person chose (`prewarm_fallback`).
+
 Fixed-capacity (no spare GPUs): stages of k replicas: the old Deployment shrinks by k, once its
 pods are gone the new one grows by k, and when those are Ready and warm the weights follow the
 ready replicas on each side; each stage below 100 % is judged like a step.
@@ -39,6 +46,7 @@ Every wait is on the wall clock: analysis windows are Prometheus time.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -87,6 +95,8 @@ from gpuops.tasks.rollout.workloads import api_of
 POLL_S = 1.0  # readiness and pod waits
 Ask = Callable[[str, ApprovalRequest], Awaitable[Approval]]
 Notify = Callable[[str], Awaitable[None]]
+# The capacity side asked for nodes for pods (`namespace/name`) no node can take now, why.
+AskCapacity = Callable[[list[str], str], Awaitable[None]]
 
 
 class RolloutStopped(GpuopsError):
@@ -96,6 +106,10 @@ class RolloutStopped(GpuopsError):
         super().__init__(reason)
         self.reason = reason
         self.outcome = outcome
+
+
+class PrewarmTimedOut(GpuopsError):
+    """The GPUs a pre-warm asked for did not come in time (why, for the notes)."""
 
 
 @dataclass
@@ -119,7 +133,9 @@ class Course:
     run_id: str
     ask: Ask | None = None
     notify: Notify | None = None
+    ask_capacity: AskCapacity | None = None
     steps: list[StepResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the run decided on the way
     record: RolloutRecord | None = None
     # Every pod judged, per pool: the chart reads their series after a rollback removed them.
     pods_seen: dict[str, set[str]] = field(default_factory=dict)
@@ -204,7 +220,11 @@ class Course:
                 raise RolloutStopped("a rollback an earlier run began", "rolled back")
             if self.record.phase != "promoted":
                 if self.plan.mode == "blue-green":
-                    await self._blue_green()
+                    try:
+                        await self._blue_green()
+                    except PrewarmTimedOut as late:
+                        await self._after_prewarm(str(late))
+                        await self._fixed_capacity()
                 else:
                     await self._fixed_capacity()
             await self._promote()
@@ -242,6 +262,8 @@ class Course:
             await self.write_record("preparing the new version", phase="preparing")
             await self._create(new.replicas)
             await self.scale(new.deployment_name, new.replicas)
+            if self.plan.prewarm is not None:
+                await self._prewarm()
             if baseline is not None:  # started with the new one: both warm up meanwhile
                 await self._create_baseline(new.replicas)
             await self.write_record("warming the new version", phase="warming")
@@ -268,6 +290,68 @@ class Course:
                     await self._judge_full(index + 1)
                 break
             await self._judge(index + 1, weight)
+
+    async def _prewarm(self) -> None:
+        """Until every new pod is placed on a node: the capacity side asked for nodes for
+        those the scheduler finds no room for (again when new ones appear); a
+        `PrewarmTimedOut` after `prewarm_timeout_s`."""
+        prewarm = self.plan.prewarm
+        assert prewarm is not None
+        new, log = self.plan.new, get_run_logger()
+        deadline = _now() + timedelta(seconds=prewarm.timeout_s)
+        asked: set[str] = set()
+        while True:
+            view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns,
+                                           new.pool_name)
+            unplaced = [p.name for p in view.pods if p.node is None]
+            if len(view.pods) >= new.replicas and not unplaced:
+                self.notes.append(f"pre-warm: all {len(view.pods)} new replica(s) placed" + (
+                    f" after asking the capacity side for {len(asked)}" if asked else ""))
+                log.info(self.notes[-1])
+                return
+            waiting = [p for p in unplaced if await asyncio.to_thread(self._unschedulable, p)]
+            if waiting and not set(waiting) <= asked and self.ask_capacity is not None:
+                why = (f"serving rollout {self.plan.old.pool.ref} -> {new.pool_name}: "
+                       f"{len(waiting)} new replica(s) x {new.gpus_per_replica} GPU(s) "
+                       "find no free GPUs")
+                await self.ask_capacity([f"{self.ns}/{p}" for p in waiting], why)
+                asked |= set(waiting)
+                log.info("pre-warm: asked the capacity side for nodes for %s",
+                         ", ".join(waiting))
+            if _now() >= deadline:
+                raise PrewarmTimedOut(
+                    f"pre-warm: {len(unplaced)} of {new.replicas} new replica(s) still not "
+                    f"placed after {prewarm.timeout_s:g} s ("
+                    + ("the capacity side was asked for nodes" if asked else
+                       "the scheduler never called them unschedulable") + ")")
+            await self.pause(POLL_S)
+
+    def _unschedulable(self, pod: str) -> bool:
+        try:
+            raw = self.kube.get_pod(self.ns, pod)
+        except KubeNotFound:
+            return False
+        return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                   for c in (raw.get("status") or {}).get("conditions") or ())
+
+    async def _after_prewarm(self, why: str) -> None:
+        """A pre-warm timed out: the new replicas go (none is left Pending), then
+        fixed-capacity, or a stop when the person chose `fail`."""
+        prewarm = self.plan.prewarm
+        assert prewarm is not None
+        new = self.plan.new
+        await self.scale(new.deployment_name, 0)
+        await self.wait_pods(new.pool_name, at_most=0)
+        if prewarm.fallback != "fixed-capacity":
+            raise RolloutStopped(f"{why}; the new replicas were removed and the rollout "
+                                 "stops (prewarm_fallback: fail)", "failed")
+        self.notes.append(f"{why}; the new replicas were removed and the rollout goes on in "
+                          "fixed-capacity mode")
+        get_run_logger().warning(self.notes[-1])
+        self.plan = dataclasses.replace(self.plan, mode="fixed-capacity", prewarm=None,
+                                        baseline=None)
+        await self.write_record("pre-warm timed out: fixed-capacity", mode="fixed-capacity",
+                                phase="preparing")
 
     async def _create_baseline(self, replicas: int) -> None:
         baseline = self.plan.baseline
