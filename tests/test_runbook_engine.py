@@ -395,7 +395,8 @@ steps:
     assert deployment.name == "runbook" and deployment.flow_name == "quarantine-on-xid"
     (trigger,) = deployment.triggers
     assert trigger.expect == {"gpuops.pod.restarted"}
-    assert trigger.parameters == {"node": "{{ event.resource['gpuops.node'] }}"}
+    assert trigger.parameters == {"node": "{{ event.resource['gpuops.node'] }}",
+                                  "started_by": "event {{ event.event }}"}  # no person
 
 
 def test_every_declared_action_is_bound():

@@ -93,6 +93,10 @@ class RunbookSettings(BaseSettings):
     dir: Path | None = Field(None, description="A folder of runbooks (`*.yaml`), validated "
                              "with the shipped ones and served beside them by `gpuops up`; "
                              "one with any problem stops them all from loading.")
+    started_by: str = Field("", description="Who `gpuops runbook run` says started a run "
+                            "(your Slack user ID) when `--as` is not given; a runbook that "
+                            "must be approved by someone else refuses that person's "
+                            "Approve.")
 
 
 class UpSettings(BaseSettings):

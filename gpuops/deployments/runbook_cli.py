@@ -140,6 +140,10 @@ def run(
     policy_block: Annotated[str, typer.Option(help="ApprovalPolicy Block.")] = "",
     capacity_block: Annotated[str, typer.Option(help="CapacityConfig Block (pools).")] = "",
     aws_block: Annotated[str, typer.Option(help="AwsConnection Block.")] = "",
+    started_by: Annotated[str, typer.Option(
+        "--as", help="Who starts the run: your Slack user ID (Prefect has no user "
+        "identity). Needed when the runbook must be approved by someone else, who then "
+        "cannot be you. [default: $GPUOPS_RUNBOOKS_STARTED_BY]", show_default=False)] = "",
     file: ExtraOption = None,
 ) -> None:
     """Run a runbook here, as a flow run on the Prefect server (its steps are task runs);
@@ -147,7 +151,8 @@ def run(
     import asyncio
 
     from gpuops.common.errors import ConfigError
-    from gpuops.flows.run_runbook import runbook_flow
+    from gpuops.common.settings import RunbookSettings, get_settings
+    from gpuops.flows.run_runbook import runbook_flow, separates
     from gpuops.runbooks.arguments import bind_values, parse_cli_params
 
     registry = _registry(file)
@@ -160,9 +165,17 @@ def run(
     # JSON values for the deployment's schema; a duration stays as written (`5m`).
     values = {k: given[k] if loaded.runbook.parameters[k].type == "duration" else typed[k]
               for k in given}
+    who = started_by or get_settings(RunbookSettings).started_by
+    if not who and separates(loaded.runbook, registry):
+        if not dry_run:
+            raise ConfigError("--as", f"runbook {name!r} must be approved by someone other "
+                              "than whoever starts it: say who you are, `--as <your Slack "
+                              "user ID>` (or GPUOPS_RUNBOOKS_STARTED_BY); nothing was started")
+        who = "(dry run)"  # nobody is asked in a dry run; the form still wants a name
     engine = {"dry_run": dry_run, "cluster_block": cluster_block, "slack_block": slack_block,
               "policy_block": policy_block, "capacity_block": capacity_block,
-              "aws_block": aws_block}
+              "aws_block": aws_block,
+              "started_by": who}
     state: Any
     if served:
         state = asyncio.run(_run_served(f"{name}/runbook", {

@@ -4,8 +4,10 @@ Why not one generic flow with `params: dict`: the Prefect UI's form comes from t
 signature, so each runbook gets a signature built from its declaration (types, bounds,
 patterns, allowed values, descriptions, defaults) and the form refuses a bad value before
 a run starts; the engine checks them again (arguments.py) for runs started elsewhere.
-Every runbook flow also takes `dry_run` and the Block names of the cluster, Slack and the
-approval policy (empty: settings), as the other gpuops flows do.
+Every runbook flow also takes `dry_run`, the Block names of the cluster, Slack and the
+approval policy (empty: settings), as the other gpuops flows do, and `started_by`: Prefect
+OSS has no user identity, so who starts a run says so (required when the runbook, or one
+it runs, must be approved by someone else; a triggered run is started by its event).
 """
 
 from __future__ import annotations
@@ -45,7 +47,10 @@ ENGINE_PARAMETERS: dict[str, tuple[type, Any, str]] = {
     "policy_block": (str, "", "The ApprovalPolicy Block (empty: settings)."),
     "capacity_block": (str, "", "The CapacityConfig Block: its pools (empty: settings)."),
     "aws_block": (str, "", "The AwsConnection Block (empty: settings)."),
+    "started_by": (str, "", ("Who starts this run: your Slack user ID. A runbook that "
+                             "must be approved by someone else refuses your own Approve.")),
 }
+STARTED_BY_TRIGGER = "event {{ event.event }}"  # a triggered run: no person started it
 
 
 def _calls(runbook: Runbook) -> Iterable[str]:
@@ -68,7 +73,19 @@ def uses(runbook: Runbook, runbooks: Registry[LoadedRunbook] | None,
         if (loaded := runbooks.get(name)) is not None)
 
 
-def signature_of(runbook: Runbook) -> inspect.Signature:
+def separates(runbook: Runbook, runbooks: Registry[LoadedRunbook] | None,
+              depth: int = 0) -> bool:
+    """Must the runbook (or one it runs) be approved by someone other than its starter?"""
+    if runbook.approval.separate_approver:
+        return True
+    inner = [str(s.args.get("runbook")) for s in runbook.steps if s.action == "run-runbook"]
+    return runbooks is not None and depth < 8 and any(
+        separates(loaded.runbook, runbooks, depth + 1) for name in inner
+        if (loaded := runbooks.get(name)) is not None)
+
+
+def signature_of(runbook: Runbook, runbooks: Registry[LoadedRunbook] | None = None
+                 ) -> inspect.Signature:
     params = []
     for name, param in runbook.parameters.items():
         kind = annotation(param)
@@ -82,9 +99,11 @@ def signature_of(runbook: Runbook) -> inspect.Signature:
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
                                         default=default, annotation=kind))
     for name, (kind, value, description) in ENGINE_PARAMETERS.items():
+        field = Field(value, description=description)
+        if name == "started_by" and separates(runbook, runbooks):  # the form asks for it
+            field = Field(description=description, min_length=1, pattern=r"\S")
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                                        default=Field(value, description=description),
-                                        annotation=kind))
+                                        default=field, annotation=kind))
     return inspect.Signature(params)
 
 
@@ -119,11 +138,11 @@ def runbook_flow(loaded: LoadedRunbook, runbooks: Registry[LoadedRunbook] | None
                             str(runtime_flow_run.id or ""),
                             {k: v for k, v in engine.items()
                              if k in ("cluster_block", "slack_block", "policy_block") and v},
-                            capacity=capacity, aws=aws)
+                            capacity=capacity, aws=aws, started_by=engine["started_by"])
         given = {k: v for k, v in values.items() if v is not None}
         return state_of(await execute(runbook, given, services, dry_run=dry_run))
 
-    run.__signature__ = signature_of(runbook)  # type: ignore[attr-defined]
+    run.__signature__ = signature_of(runbook, runbooks)  # type: ignore[attr-defined]
     # The deployment's entrypoint is `<this file>:<qualname>`; the module's `__getattr__`
     # answers that name, so a process that loads the flow from its entrypoint finds it.
     run.__name__ = run.__qualname__ = entrypoint_name(runbook.name)
@@ -170,7 +189,8 @@ def runbook_deployments(runbooks: Registry[LoadedRunbook] | None = None,
         triggers: list[Any] = [DeploymentEventTrigger(
             name=f"runbook {name}", expect={trigger.event},
             match={"prefect.resource.id": "k8s.*", **trigger.match},
-            parameters=dict(trigger.parameters))] if trigger is not None else []
+            parameters={**trigger.parameters, "started_by": STARTED_BY_TRIGGER})] \
+            if trigger is not None else []
         out.append(runbook_flow(loaded, runbooks).to_deployment(
             name=DEPLOYMENT, tags=["gpuops", "runbook"], triggers=triggers,
             parameters=policy, description=loaded.runbook.description or None))

@@ -75,6 +75,7 @@ class _Checker:
     def run(self, data: dict[str, Any]) -> None:
         params = self.parameters(data.get("parameters"))
         self.trigger(data.get("trigger"), params)
+        self.approval(data.get("approval"), data.get("steps"))
         pre = data.get("preconditions")
         if isinstance(pre, list):
             for i, item in enumerate(pre):
@@ -129,6 +130,18 @@ class _Checker:
                 self.problem(("trigger",), f"the trigger gives no value for the required "
                              f"parameter {name!r}: map it under `trigger.parameters`",
                              value=False)
+
+    def approval(self, raw: Any, steps: Any) -> None:
+        """Keeping the approver apart from the starter needs an approval to keep apart:
+        a step of this runbook's, or of one it runs."""
+        if not isinstance(raw, dict) or raw.get("separate_approver") is not True:
+            return
+        actions = {s.get("action") for s in steps if isinstance(s, dict)} \
+            if isinstance(steps, list) else set()
+        if not actions & {"request-approval", "run-runbook"}:
+            self.problem(("approval", "separate_approver"), "the runbook asks for no "
+                         "approval (no `request-approval` step, nor a `run-runbook`), so "
+                         "there is no approver to keep apart from whoever starts it")
 
     def precondition(self, item: dict[str, Any], loc: Loc, params: dict[str, Any]) -> None:
         self.call(item, loc, Scope(params, {}, allow_steps=False), key="check")

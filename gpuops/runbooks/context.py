@@ -32,6 +32,8 @@ class StepContext:
     capacity: CapacityConfig | None = None  # the pools scale-node-pool may size
     aws: Aws | None = None
     deployment_parameters: Mapping[str, Any] = field(default_factory=dict)
+    started_by: str = ""  # who started the run, as it said (Prefect has no user identity)
+    separate_approver: bool = False  # the starter may not approve (the runbook says so)
 
     def need_slack(self) -> SlackConnection:
         if self.slack is None:

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 from gpuops.blocks.capacity import CapacityConfig
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
-from gpuops.common.errors import GpuopsError, PermanentError
+from gpuops.common.errors import ConfigError, GpuopsError, PermanentError
 from gpuops.runbooks.arguments import bind_values
 from gpuops.runbooks.bindings import Binding, load_bindings
 from gpuops.runbooks.catalog import CATALOG, ApprovalOutput, CheckResult
@@ -71,6 +71,8 @@ class Services:
     depth: int = 0
     capacity: CapacityConfig | None = None
     aws: Aws | None = None
+    started_by: str = ""  # who started the run (declared: Prefect has no user identity)
+    separate_approver: bool = False  # a runbook running this one requires it
 
 
 def context_for(runbook: Runbook, values: Mapping[str, Any], outputs: Mapping[str, Any],
@@ -118,9 +120,16 @@ def _step_context(runbook: Runbook, services: Services, dry_run: bool, step: str
     return StepContext(kube=services.kube, dry_run=dry_run, runbook=runbook.name, step=step,
                        run_id=services.run_id, plan=plan.text() if plan else "",
                        targets=plan.targets() if plan else (), slack=services.slack,
-                       policy=services.policy, run_runbook=_inner_runner(services),
+                       policy=services.policy,
+                       run_runbook=_inner_runner(services, _separate(runbook, services)),
                        deployment_parameters=services.deployment_parameters,
-                       capacity=services.capacity, aws=services.aws)
+                       capacity=services.capacity, aws=services.aws,
+                       started_by=services.started_by,
+                       separate_approver=_separate(runbook, services))
+
+
+def _separate(runbook: Runbook, services: Services) -> bool:
+    return services.separate_approver or runbook.approval.separate_approver
 
 
 async def check_preconditions(runbook: Runbook, values: Mapping[str, Any],
@@ -190,7 +199,13 @@ async def execute(runbook: Runbook, given: Mapping[str, Any], services: Services
     """Run (or, with `dry_run`, plan) the runbook; the record says how it went. Bad
     parameters raise `ParametersInvalid` before anything is read."""
     values = bind_values(runbook, given)
-    record = RunRecord(runbook.name, values, dry_run)
+    if not dry_run and _separate(runbook, services) and not services.started_by.strip():
+        raise ConfigError("started_by", f"runbook {runbook.name!r} must be approved by "
+                          "someone other than whoever starts it, so a run must say who "
+                          "starts it: `gpuops runbook run --as <your Slack user ID>` (or "
+                          "GPUOPS_RUNBOOKS_STARTED_BY), the `started_by` field of the "
+                          "Prefect UI form; nothing was started")
+    record = RunRecord(runbook.name, values, dry_run, started_by=services.started_by)
     plan = await make_plan(runbook, values, services)
     try:
         failed = [(c, d) for c, ok, d in plan.checks if not ok]
@@ -374,7 +389,9 @@ def _summary(output: Mapping[str, Any]) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _inner_runner(services: Services) -> Any:
+def _inner_runner(services: Services, separate: bool) -> Any:
+    """`run-runbook`: the inner runbook keeps the run's starter, and its approvals the
+    separation the outer one requires."""
     async def run_inner(name: str, params: Mapping[str, Any], dry_run: bool
                         ) -> dict[str, Any]:
         loaded = services.runbooks.get(name) if services.runbooks is not None else None
@@ -384,7 +401,7 @@ def _inner_runner(services: Services) -> Any:
             raise PermanentError("runbooks nested more than 8 deep")
         inner = Services(services.kube, services.slack, services.policy, services.runbooks,
                          services.run_id, services.deployment_parameters, services.depth + 1,
-                         services.capacity, services.aws)
+                         services.capacity, services.aws, services.started_by, separate)
         result = await execute(loaded.runbook, params, inner, dry_run=dry_run, publish=False)
         return {"outcome": result.outcome, "steps": result.outputs}
     return run_inner

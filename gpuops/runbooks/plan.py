@@ -82,6 +82,7 @@ class RunRecord:
     steps: list[StepRecord] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     plan: str = ""  # the plan's text (a dry run's answer)
+    started_by: str = ""  # as the run declared it
 
 
 def run_markdown(record: RunRecord, plan: Plan | None) -> str:
@@ -105,6 +106,8 @@ def run_markdown(record: RunRecord, plan: Plan | None) -> str:
             call = f"{s.action}({', '.join(f'{k}={v!r}' for k, v in s.args.items())})"
             detail = s.detail.replace("|", "\\|").replace("\n", " ")
             out.append(f"| {s.name} | `{call}` | {s.outcome} | {s.seconds:.1f} | {detail} |")
+    if record.started_by:
+        out += ["", f"Started by {record.started_by}."]
     if record.approver:
         out += ["", f"Approved by {record.approver}."]
     return "\n".join(out) + "\n"

@@ -97,6 +97,17 @@ class Trigger(_Strict):
                                        "templates over `event` (its resource, payload).")
 
 
+class ApprovalRules(_Strict):
+    """Who may answer this runbook's approval requests."""
+
+    separate_approver: bool = Field(False, description="Someone other than whoever started "
+                                    "the run must approve it (four eyes): the starter's "
+                                    "Approve is refused and the request keeps waiting; the "
+                                    "starter may still reject. A run must then say who "
+                                    "started it (`started_by`); it also holds for the "
+                                    "runbooks this one runs.")
+
+
 class Runbook(_Strict):
     """A runbook: an operator's procedure as a Prefect flow."""
 
@@ -104,5 +115,6 @@ class Runbook(_Strict):
     description: str = ""
     parameters: dict[str, Parameter] = Field(default_factory=dict)
     trigger: Trigger | None = None
+    approval: ApprovalRules = Field(default_factory=ApprovalRules)
     preconditions: list[Precondition] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1)

@@ -12,7 +12,9 @@ counts only if that record exists, was posted as the very message clicked (chann
 so a button naming another run is refused), and names the clicker, directly or through
 the Slack user group (read at click time); if the request names its policy Block, the
 Block as it is now must admit the clicker too. A record from a gpuops that did not record
-approvers admits nobody. Refusals change nothing and tell the clicker why (ephemeral).
+approvers admits nobody. Refusals change nothing and tell the clicker why (ephemeral); an
+Approve by whoever started the run, when its runbook requires someone else, is refused in
+the request's thread for all to see, and the request keeps waiting.
 Then the run is resumed only if it is still paused on that very approval.
 
 Bolt acks at once (Slack wants an answer within 3 s) and the rest happens after. HTTP mode
@@ -57,6 +59,7 @@ from gpuops.tasks.approvals.block_kit import (
     Approvers,
     AskedApproval,
     decision_blocks,
+    starter_refused_text,
     verdict_text,
 )
 from gpuops.tasks.approvals.record import read_asked_approval
@@ -90,6 +93,10 @@ class ReplayGuard:
 
 class Refused(Exception):
     """A click that changes nothing; the message tells the person who clicked why."""
+
+
+class RefusedInThread(Refused):
+    """A refusal everyone in the request's thread should see."""
 
 
 def signing_secret_of(conn: SlackConnection) -> str:
@@ -196,6 +203,9 @@ class SlackReceiver:
         try:
             asked = await self._checked_request(click)
             verdict = await self._decide(click)
+        except RefusedInThread as refusal:
+            await self._reply(click, str(refusal))
+            return
         except Refused as refusal:
             await self._tell(click, str(refusal))
             return
@@ -230,6 +240,10 @@ class SlackReceiver:
             policy = await _current_policy(asked.approvers.policy_block)
             await self._require_admitted(Approvers(users=tuple(policy.approvers),
                                                    group=policy.approver_group), click.user)
+        if click.approved and click.user == asked.approvers.not_by:
+            log.info("flow run %s: refused an Approve by %s, who started the run",
+                     click.flow_run_id, click.user)
+            raise RefusedInThread(starter_refused_text(click.user))
         return asked
 
     async def _require_admitted(self, approvers: Approvers, user: str) -> None:
@@ -275,6 +289,14 @@ class SlackReceiver:
         except SlackApiError as e:
             log.warning("could not tell %s in %s why nothing was done (%s): %s", click.user,
                         click.channel, e.response.get("error"), text)
+
+    async def _reply(self, click: Click, text: str) -> None:
+        try:
+            await self.client.chat_postMessage(channel=click.channel,
+                                               thread_ts=click.message_ts, text=text)
+        except SlackApiError as e:
+            log.warning("could not reply in thread %s/%s (%s): %s", click.channel,
+                        click.message_ts, e.response.get("error"), text)
 
     async def _show(self, asked: AskedApproval, verdict: str) -> None:
         """Show the decision at once (the run writes it too, when it carries on)."""

@@ -1,7 +1,8 @@
 """People: post to Slack, ask for approval.
 
 An approval shows the run's dry-run plan (`StepContext.plan`) and the targets it changes; the
-approvals layer binds the answer to that plan (a changed plan needs a new approval). In a dry
+approvals layer binds the answer to that plan (a changed plan needs a new approval), and,
+when the runbook requires a second person, refuses an Approve by whoever started the run. In a dry
 run nobody is asked: the prediction is a "yes", so the plan shows what would follow one.
 """
 
@@ -46,11 +47,14 @@ def approval_key(runbook: str, step: str) -> str:
 async def ask_approval(ctx: StepContext, args: ApprovalArgs) -> ApprovalOutput:
     if ctx.policy is None:
         raise RuntimeError("request-approval needs an approval policy and the run has none")
-    request = ApprovalRequest(title=args.title, summary=args.summary,
-                              reason=args.reason or f"runbook {ctx.runbook}", plan=ctx.plan,
-                              targets=ctx.targets)
+    not_by = ctx.started_by if ctx.separate_approver else None
+    reason = args.reason or f"runbook {ctx.runbook}"
+    if not_by:  # the reason is not part of the digest: the plan stays what binds
+        reason += f"\nStarted by {not_by}; someone else must approve."
+    request = ApprovalRequest(title=args.title, summary=args.summary, reason=reason,
+                              plan=ctx.plan, targets=ctx.targets)
     answer = await request_approval(request, policy=ctx.policy, slack_conn=ctx.need_slack(),
-                                    key=approval_key(ctx.runbook, ctx.step))
+                                    key=approval_key(ctx.runbook, ctx.step), not_by=not_by)
     return ApprovalOutput(approved=answer.approved, approver=answer.approver,
                           comment=answer.comment)
 

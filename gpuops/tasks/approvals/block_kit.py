@@ -112,6 +112,11 @@ def timeout_text(timeout_s: int) -> str:
             "Nothing was applied.")
 
 
+def starter_refused_text(user: str) -> str:
+    return (f"<@{user}> started this run, and its runbook requires someone else to approve "
+            "it: that Approve was not counted. Still waiting for another approver.")
+
+
 def plan_changed_text(approver: str, when: str) -> str:
     who = f"<@{approver}>" if approver and approver.startswith(("U", "W")) else approver
     return (f"⚠️ *Not applied*: the plan changed while this waited, so the approval by "
@@ -131,15 +136,17 @@ class Approvers:
     """Who may decide a request, as its run's policy said when it asked: Slack user IDs,
     a Slack user group (its members are read when someone clicks), and the name of the
     policy Block it came from, if any (re-read when someone clicks: a person removed from
-    it since can no longer decide)."""
+    it since can no longer decide), and who may not approve it even so: whoever started
+    the run, when its runbook requires a second person (`not_by`; they may still reject)."""
 
     users: tuple[str, ...] = ()
     group: str | None = None
     policy_block: str | None = None
+    not_by: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"users": list(self.users), "group": self.group,
-                "policy_block": self.policy_block}
+                "policy_block": self.policy_block, "not_by": self.not_by}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Approvers:
@@ -147,7 +154,8 @@ class Approvers:
         if not isinstance(users, list):
             raise TypeError(f"approvers.users {users!r} is not a list")
         return cls(users=tuple(str(u) for u in users), group=data.get("group") or None,
-                   policy_block=data.get("policy_block") or None)
+                   policy_block=data.get("policy_block") or None,
+                   not_by=data.get("not_by") or None)
 
 
 @dataclass(frozen=True)

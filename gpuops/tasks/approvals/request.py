@@ -42,7 +42,7 @@ from prefect.flow_runs import asuspend_flow_run, pause_flow_run
 from prefect.input import RunInput
 from prefect.input.run_input import keyset_from_base_key
 from prefect.runtime import flow_run as runtime_flow_run
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
@@ -84,6 +84,26 @@ class Approval(RunInput):
                           "who decided. From Slack, the user ID of the person who clicked.")
     comment: str = Field("", description="Why (optional; shown in Slack and in the run's "
                          "state).")
+
+
+def approval_form(not_by: str | None = None) -> type[Approval]:
+    """The resume form; with `not_by`, one the server refuses when that person approves
+    (the run started by them must be approved by someone else; they may still reject).
+    Prefect validates a resume against the form's JSON Schema, so a refused answer leaves
+    the run waiting. The UI's name is typed, not vouched for: Prefect OSS has no user
+    identity; Slack's clicker is (the receiver refuses the starter's click first)."""
+    if not not_by:
+        return Approval
+
+    def forbid(schema: dict[str, Any]) -> None:
+        schema["if"] = {"properties": {"approved": {"const": True}}, "required": ["approved"]}
+        schema["then"] = {"properties": {"approver": {"not": {"const": not_by}}}}
+        approver = schema["properties"]["approver"]
+        approver["description"] += f" Not {not_by}, who started the run: its runbook " \
+            "requires someone else to approve it."
+
+    return type("Approval", (Approval,), {"__module__": __name__,
+                                          "model_config": ConfigDict(json_schema_extra=forbid)})
 
 
 def timed_out(timeout_s: int) -> Approval:
@@ -163,11 +183,13 @@ def _redacted(request: ApprovalRequest, secrets: list[str]) -> ApprovalRequest:
 
 
 async def request_approval(request: ApprovalRequest, *, policy: ApprovalPolicy,
-                           slack_conn: SlackConnection, key: str = "approval") -> Approval:
+                           slack_conn: SlackConnection, key: str = "approval",
+                           not_by: str | None = None) -> Approval:
     """Ask for approval in Slack and in the UI; wait; return the decision (never raises on
     rejection or timeout: the caller decides what a "no" means, `not_approved_message`
     says it). A suspending wait exits the process the first time (Prefect's `Pause`
-    signal) and returns on the re-run."""
+    signal) and returns on the re-run. `not_by`: who may not approve (the run's starter,
+    when a second person must); their Approve is refused and the wait goes on."""
     context = FlowRunContext.get()
     if context is None or context.flow_run is None:
         raise RuntimeError("request_approval must be called inside a flow run")
@@ -188,12 +210,13 @@ async def request_approval(request: ApprovalRequest, *, policy: ApprovalPolicy,
     resource = flow_run_resource(flow_run_id, **{"gpuops.approval-key": key})
     if asked is None:
         asked = _ask(request, digest, policy=policy, slack_conn=slack_conn,
-                     flow_run_id=str(flow_run_id), key=key)
+                     flow_run_id=str(flow_run_id), key=key, not_by=not_by)
         await keep_asked_approval(flow_run_id, key, asked)  # before anyone can be waited for
         emit_event(event_name("approval", "requested"), resource=resource,
                    payload={"title": request.title, "targets": list(request.targets),
                             "channel": asked.channel, "ts": asked.ts})
-    form = Approval.with_initial_data(description=_ui_description(request), approved=False)
+    form = approval_form(not_by).with_initial_data(description=_ui_description(request),
+                                                   approved=False)
     if suspend:
         decision = await _wait_suspended(form, key, policy, asked, digest)
     else:
@@ -222,7 +245,8 @@ def _shown_in_slack(slack_conn: SlackConnection, asked: AskedApproval,
 
 
 def _ask(request: ApprovalRequest, digest: str, *, policy: ApprovalPolicy,
-         slack_conn: SlackConnection, flow_run_id: str, key: str) -> AskedApproval:
+         slack_conn: SlackConnection, flow_run_id: str, key: str,
+         not_by: str | None = None) -> AskedApproval:
     blocks = request_blocks(request, flow_run_id=flow_run_id, key=key,
                             run_url=runtime_flow_run.ui_url, timeout_s=policy.timeout_s)
     message = post_approval_request(slack_conn, policy.channel, request.title, blocks)
@@ -231,7 +255,8 @@ def _ask(request: ApprovalRequest, digest: str, *, policy: ApprovalPolicy,
                          deadline=datetime.now(UTC) + timedelta(seconds=policy.timeout_s),
                          approvers=Approvers(users=tuple(policy.approvers),
                                              group=policy.approver_group,
-                                             policy_block=policy.saved_as))
+                                             policy_block=policy.saved_as,
+                                             not_by=not_by))
 
 
 async def _asked_before(flow_run_id: UUID, key: str) -> AskedApproval | None:
