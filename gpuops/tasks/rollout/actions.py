@@ -10,7 +10,7 @@ takes no slot twice and no other rollout acts on these objects meanwhile.
 - `RemoveBackend`: a pool at weight 0 taken off the route (before the pool is deleted).
 - `CreateObject` / `DeleteObject`: the new version's Deployment, InferencePool and endpoint
   picker, created if absent, deleted if present.
-- `ScaleDeployment`: a Deployment's `spec.replicas`.
+- `ScaleDeployment`: a Deployment's `spec.replicas` (or a LeaderWorkerSet's: its groups).
 - `RequestAbort`: `gpuops rollout abort`'s request on the route, for the run going to act on
   (its own slot: the run holds the rollout's).
 """
@@ -34,6 +34,7 @@ from gpuops.tasks.rollout.weights import (
     split_applied,
     weight_patch,
 )
+from gpuops.tasks.rollout.workloads import DEPLOYMENT, api_of
 
 Obj = dict[str, Any]
 
@@ -264,6 +265,7 @@ class ScaleDeployment(SafeAction):
     name: str
     replicas: int
     lock: str
+    workload_kind: str = DEPLOYMENT  # or LeaderWorkerSet (`workloads`)
     kind = "scale"
 
     @property
@@ -271,21 +273,32 @@ class ScaleDeployment(SafeAction):
         return self.lock
 
     def describe(self) -> str:
-        return f"scale Deployment {self.namespace}/{self.name} to {self.replicas}"
+        return f"scale {self.workload_kind} {self.namespace}/{self.name} to {self.replicas}"
 
     def holds(self) -> bool:
         try:
-            deployment = self.kube.get_deployment(self.namespace, self.name)
+            if self.workload_kind == DEPLOYMENT:
+                workload = self.kube.get_deployment(self.namespace, self.name)
+            else:
+                api = api_of(self.workload_kind)
+                workload = self.kube.get_custom(api.group, api.version, self.namespace,
+                                                api.plural, self.name)
         except KubeNotFound:
             return self.replicas == 0  # gone serves nothing, as 0 replicas would
-        return int((deployment.get("spec") or {}).get("replicas") or 0) == self.replicas
+        return int((workload.get("spec") or {}).get("replicas") or 0) == self.replicas
 
     def apply(self) -> None:
-        self.kube.patch_deployment(self.namespace, self.name,
-                                   {"spec": {"replicas": self.replicas}})
+        patch = {"spec": {"replicas": self.replicas}}
+        if self.workload_kind == DEPLOYMENT:
+            self.kube.patch_deployment(self.namespace, self.name, patch)
+            return
+        api = api_of(self.workload_kind)
+        self.kube.patch_custom(api.group, api.version, self.namespace, api.plural, self.name,
+                               patch)
 
     def resource(self) -> dict[str, str]:
-        return k8s_resource(self.kube.cluster_name, "Deployment", self.namespace, self.name)
+        return k8s_resource(self.kube.cluster_name, self.workload_kind, self.namespace,
+                            self.name)
 
     def details(self) -> dict[str, Any]:
         return {"replicas": self.replicas}

@@ -19,6 +19,10 @@ the old one has one), so the route can send each pool a share of the traffic.
   old pods only: the new ones are reached through their pool.
 - The endpoint picker: its Service and Deployment copied under `<new pool>-epp`, with
   `--pool-name` pointing at the new pool.
+- A LeaderWorkerSet (a model across nodes) becomes a LeaderWorkerSet: the leader's vLLM
+  container changes as above, the workers' the same way when they run vLLM's server too,
+  else only their image (`_worker_change`); both templates are relabelled. Its controller
+  selects its pods by a label of its own, so only the pool's selector matters.
 - A baseline (`--baseline fresh-copy`): the same objects with the old pod template as it is,
   named `<base>-baseline-<old version hash>`.
 
@@ -41,6 +45,17 @@ from gpuops.common.podfacts import GPU
 from gpuops.common.quantity import parse_quantity
 from gpuops.tasks.rollout.objects import InferencePool
 from gpuops.tasks.rollout.params import VersionChange
+from gpuops.tasks.rollout.workloads import (
+    DEPLOYMENT,
+    controller_labels,
+    gpus_per_replica,
+    group_size,
+    is_lws,
+    serving_template,
+    template_at,
+    template_paths,
+    worker_template,
+)
 
 Obj = dict[str, Any]
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -98,12 +113,14 @@ class NewVersion:
     deployment_name: str
     epp_name: str | None
     replicas: int
-    gpus_per_replica: int
+    gpus_per_replica: int  # a LeaderWorkerSet's: its group's, size x each pod's
     pool: Obj
-    deployment: Obj
+    deployment: Obj  # the model server: a Deployment, or a LeaderWorkerSet like the old one
     epp_service: Obj | None = None
     epp_deployment: Obj | None = None
     baseline: PoolCopy | None = None  # a fresh copy of the old version, when asked for
+    workload_kind: str = DEPLOYMENT
+    group_size: int = 1  # pods per replica (a LeaderWorkerSet group's)
 
     @property
     def digest(self) -> str:
@@ -126,8 +143,8 @@ def _container_gpus(container: Mapping[str, Any]) -> int:
 def vllm_container_index(deployment: Mapping[str, Any], name: str | None) -> int:
     """Which container is the model server: `name`, else the only one, else the one (only
     one) asking for GPUs."""
-    where = f"Deployment {deployment['metadata'].get('name')}"
-    containers = _containers((deployment.get("spec") or {}).get("template") or {})
+    where = f"{deployment.get('kind') or 'Deployment'} {deployment['metadata'].get('name')}"
+    containers = _containers(serving_template(deployment))
     if not containers:
         raise ConfigError("pool", f"{where} has no containers")
     names = [str(c.get("name")) for c in containers]
@@ -318,23 +335,40 @@ def _metadata(old: Mapping[str, Any], name: str, namespace: str, run_id: str, ba
 
 # --- the objects ---------------------------------------------------------------------------------
 
-def _new_deployment(old: Mapping[str, Any], name: str, relabel: Relabel, replicas: int,
-                    container_index: int, container: Obj, run_id: str) -> Obj:
-    spec = copy.deepcopy(dict(old.get("spec") or {}))
-    template = spec.get("template") or {}
+def _new_template(template: Mapping[str, Any], relabel: Relabel,
+                  container: tuple[int, Obj] | None) -> Obj:
     tmeta = dict(template.get("metadata") or {})
     tmeta["labels"] = relabel.apply(tmeta.get("labels") or {})
     tmeta.pop("creationTimestamp", None)
     tspec = dict(template.get("spec") or {})
-    containers = list(tspec.get("containers") or [])
-    containers[container_index] = container
-    tspec["containers"] = containers
-    spec["template"] = {"metadata": tmeta, "spec": tspec}
-    spec["selector"] = {"matchLabels": relabel.apply(spec["selector"]["matchLabels"])}
+    if container is not None:
+        containers = list(tspec.get("containers") or [])
+        containers[container[0]] = container[1]
+        tspec["containers"] = containers
+    return {"metadata": tmeta, "spec": tspec}
+
+
+def _new_deployment(old: Mapping[str, Any], name: str, relabel: Relabel, replicas: int,
+                    container_index: int, container: Obj, run_id: str,
+                    worker: tuple[int, Obj] | None = None) -> Obj:
+    """The old model server (a Deployment or a LeaderWorkerSet) as the new one: its serving
+    template with `container` at `container_index`, a LeaderWorkerSet's worker template with
+    `worker`; every template and selector relabelled."""
+    spec = copy.deepcopy(dict(old.get("spec") or {}))
+    for i, path in enumerate(template_paths(old)):
+        parent = spec
+        for key in path[:-1]:
+            parent[key] = dict(parent.get(key) or {})
+            parent = parent[key]
+        parent[path[-1]] = _new_template(template_at(old, path), relabel,
+                                         (container_index, container) if i == 0 else worker)
+    if not is_lws(old):
+        spec["selector"] = {"matchLabels": relabel.apply(spec["selector"]["matchLabels"])}
     spec["replicas"] = replicas
     spec.pop("paused", None)
     namespace = str(old["metadata"].get("namespace") or "default")
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
+    return {"apiVersion": str(old.get("apiVersion") or "apps/v1"),
+            "kind": str(old.get("kind") or "Deployment"),
             "metadata": _metadata(old, name, namespace, run_id, _base(old), relabel),
             "spec": spec}
 
@@ -391,13 +425,33 @@ def _new_epp(service: Mapping[str, Any], deployment: Mapping[str, Any], name: st
     return new_service, new_deployment
 
 
+def _workload_selector(workload: Mapping[str, Any], where: str) -> dict[str, str]:
+    """What the workload's controller selects its pods by (a LeaderWorkerSet: the
+    `leaderworkerset.sigs.k8s.io/name` label it sets itself, nothing a template carries)."""
+    return {} if is_lws(workload) else _match_labels(workload, where)
+
+
+def _relabel(pool: InferencePool, workload: Mapping[str, Any], value: str, where: str
+             ) -> Relabel:
+    if not is_lws(workload):
+        return relabel_for(pool.selector, _match_labels(workload, where), value)
+    own = [k for k in pool.selector if k not in controller_labels(pool.selector)]
+    if not own:
+        raise ConfigError("pool", f"InferencePool {pool.ref} selects {where}'s pods only by "
+                          "labels the LeaderWorkerSet controller sets; add a template label "
+                          "(such as app) to its selector so the new version's pods can differ")
+    return Relabel(frozenset({_pick(own)}), value)
+
+
 def _copy(*, pool: InferencePool, pool_obj: Mapping[str, Any], deployment: Mapping[str, Any],
           index: int, container: Obj, suffix: str, run_id: str,
-          epp_service: Mapping[str, Any] | None, epp_deployment: Mapping[str, Any] | None
-          ) -> PoolCopy:
-    """The old pool's objects with `container` as the model server, named `<base>-<suffix>`
-    and labelled so no old object selects them (see the module docstring)."""
-    where = f"Deployment {pool.namespace}/{deployment['metadata']['name']}"
+          epp_service: Mapping[str, Any] | None, epp_deployment: Mapping[str, Any] | None,
+          worker: tuple[int, Obj] | None = None) -> PoolCopy:
+    """The old pool's objects with `container` as the model server (and `worker` as a
+    LeaderWorkerSet's worker container), named `<base>-<suffix>` and labelled so no old
+    object selects them (see the module docstring)."""
+    where = f"{deployment.get('kind') or 'Deployment'} {pool.namespace}/" \
+        f"{deployment['metadata']['name']}"
     pool_name = derived_name(pool_obj, suffix)
     deployment_name = derived_name(deployment, suffix, room=63)
     if pool.endpoint_picker is not None and (epp_service is None or epp_deployment is None):
@@ -406,13 +460,14 @@ def _copy(*, pool: InferencePool, pool_obj: Mapping[str, Any], deployment: Mappi
                           "found (a Service and the Deployment it selects): the new pool "
                           "needs a picker of its own")
     epp_name = f"{pool_name}-epp" if pool.endpoint_picker is not None else None
-    relabel = relabel_for(pool.selector, _match_labels(deployment, where), pool_name)
+    relabel = _relabel(pool, deployment, pool_name, where)
     replicas = int((deployment.get("spec") or {}).get("replicas") or 1)
     new_deployment = _new_deployment(deployment, deployment_name, relabel, replicas, index,
-                                     container, run_id)
-    new_labels = new_deployment["spec"]["template"]["metadata"]["labels"]
+                                     container, run_id, worker)
+    new_labels = dict((serving_template(new_deployment).get("metadata") or {}).get("labels")
+                      or {})
     if _selects(pool.selector, new_labels) or \
-            _selects(_match_labels(deployment, where), new_labels):
+            _selects(_workload_selector(deployment, where), new_labels):
         raise AssertionError("the new pods' labels are still selected by the old objects")
     service = deployment_epp = None
     if epp_name is not None and epp_service is not None and epp_deployment is not None:
@@ -431,29 +486,53 @@ def derive(*, pool: InferencePool, pool_obj: Mapping[str, Any], deployment: Mapp
     """The new version beside the old (see the module docstring); `baseline`: and a fresh
     copy of the old version (`baseline_copy`)."""
     dname = str(deployment["metadata"]["name"])
-    where = f"Deployment {pool.namespace}/{dname}"
+    kind = str(deployment.get("kind") or DEPLOYMENT)
+    where = f"{kind} {pool.namespace}/{dname}"
     index = vllm_container_index(deployment, container)
-    old_container = _containers(deployment["spec"]["template"])[index]
+    old_container = _containers(serving_template(deployment))[index]
     container_obj = new_container(old_container, change, where)
     old_version, version = version_of(old_container), version_of(container_obj)
     if version == old_version:
         raise ConfigError("image", f"the new version is the one serving now "
                           f"({old_version.describe()}): change the image, model or args")
+    worker = _worker_change(deployment, str(old_container.get("name")), change, where)
     common: dict[str, Any] = {"pool": pool, "pool_obj": pool_obj, "deployment": deployment,
                               "index": index, "run_id": run_id, "epp_service": epp_service,
                               "epp_deployment": epp_deployment}
-    new = _copy(container=container_obj, suffix=version.digest(), **common)
+    new = _copy(container=container_obj, suffix=version.digest(), worker=worker, **common)
     # The baseline: the old pod template as it is, under a name no version hash can take.
     copy_ = _copy(container=copy.deepcopy(dict(old_container)),
                   suffix=f"baseline-{old_version.digest()}", **common) if baseline else None
-    pods = new.deployment["spec"]["template"]
-    gpus = max(sum(_container_gpus(c) for c in _containers(pods)),
-               max((_container_gpus(c) for c in (pods.get("spec") or {}).get(
-                   "initContainers") or ()), default=0))
     return NewVersion(pool.namespace, pool.name, dname, old_version, version, new.pool_name,
                       new.deployment_name, new.epp_name,
-                      int(new.deployment["spec"]["replicas"]), gpus, new.pool, new.deployment,
-                      new.epp_service, new.epp_deployment, copy_)
+                      int(new.deployment["spec"]["replicas"]), gpus_per_replica(new.deployment),
+                      new.pool, new.deployment, new.epp_service, new.epp_deployment, copy_,
+                      kind, group_size(deployment))
+
+
+def _worker_change(workload: Mapping[str, Any], name: str, change: VersionChange, where: str
+                   ) -> tuple[int, Obj] | None:
+    """A LeaderWorkerSet's worker container in the new version: the one named as the leader's
+    vLLM container (else the only one, else the one asking for GPUs) gets the new image, and
+    the model and flags too when it runs vLLM's server itself (wide expert parallelism: every
+    pod a data-parallel rank); a worker that only joins the leader's engine (`ray start`)
+    keeps its command line."""
+    template = worker_template(workload)
+    if template is None:
+        return None
+    containers = _containers(template)
+    names = [str(c.get("name")) for c in containers]
+    if name in names:
+        index = names.index(name)
+    else:
+        gpu = [i for i, c in enumerate(containers) if _container_gpus(c) > 0]
+        if len(containers) != 1 and len(gpu) != 1:
+            return None  # no container to tell: the workers stay as they are
+        index = 0 if len(containers) == 1 else gpu[0]
+    old = containers[index]
+    runs_server = served_model(version_of(old)) is not None
+    worker_change = change if runs_server else VersionChange(image=change.image)
+    return index, new_container(old, worker_change, f"{where} workerTemplate")
 
 
 def epp_deployment_of(service: Mapping[str, Any], deployments: Sequence[Mapping[str, Any]]

@@ -30,6 +30,10 @@ LWS_GROUP = "leaderworkerset.x-k8s.io"
 POOL_APIS = (("inference.networking.k8s.io", "v1"), ("inference.networking.x-k8s.io", "v1alpha2"))
 ROUTE_APIS = ((ROUTE_GROUP, "v1"), (ROUTE_GROUP, "v1beta1"))
 LWS_APIS = ((LWS_GROUP, "v1"),)
+# What the lws controller labels a LeaderWorkerSet's pods with (`workloads` says more).
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,7 @@ class ModelServer:
     ready_replicas: int
     images: tuple[str, ...]
     template_labels: Mapping[str, str] = field(default_factory=dict)
+    group_size: int = 1  # pods per replica: a LeaderWorkerSet's leaderWorkerTemplate.size
 
 
 def _template_of(obj: Obj) -> Mapping[str, Any]:
@@ -218,20 +223,30 @@ def parse_model_server(obj: Obj) -> ModelServer:
     template = _template_of(obj)
     containers = (template.get("spec") or {}).get("containers") or []
     replicas = (obj.get("spec") or {}).get("replicas")
+    size = ((obj.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size")
     return ModelServer(
         str(obj.get("kind")), str(obj.get("apiVersion")), str(meta.get("namespace") or ""),
         str(meta.get("name")), 1 if replicas is None else int(replicas),
         int((obj.get("status") or {}).get("readyReplicas") or 0),
         tuple(str(c.get("image")) for c in containers if c.get("image")),
-        dict((template.get("metadata") or {}).get("labels") or {}))
+        dict((template.get("metadata") or {}).get("labels") or {}),
+        size if isinstance(size, int) and size >= 1 and obj.get("kind") == "LeaderWorkerSet"
+        else 1)
 
 
 @dataclass(frozen=True)
 class PoolPod:
     name: str
-    ready: bool
+    ready: bool  # a LeaderWorkerSet leader: its whole group is Ready
     images: tuple[str, ...]
     node: str | None = None
+    group: tuple[str, str] | None = None  # a LeaderWorkerSet pod's (set, group index)
+
+
+def _group_of(labels: Mapping[str, str]) -> tuple[str, str] | None:
+    if LWS_NAME not in labels or LWS_GROUP_INDEX not in labels:
+        return None
+    return labels[LWS_NAME], labels[LWS_GROUP_INDEX]
 
 
 def _ready(pod: Obj) -> bool:
@@ -241,19 +256,45 @@ def _ready(pod: Obj) -> bool:
         for c in status.get("conditions") or ())
 
 
-def pool_pods(pool: InferencePool, pods: Iterable[Obj]) -> tuple[PoolPod, ...]:
-    """The pool's member pods (its namespace, its selector), finished ones left out."""
+def _pool_pod(pod: Obj, ready: bool) -> PoolPod:
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return PoolPod(str(meta.get("name")), ready,
+                   tuple(str(c.get("image")) for c in spec.get("containers") or ()),
+                   spec.get("nodeName"), _group_of(meta.get("labels") or {}))
+
+
+def _finished(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def pool_pods(pool: InferencePool, pods: Iterable[Obj],
+              ready_leaders: set[str] | None = None) -> tuple[PoolPod, ...]:
+    """The pool's member pods (its namespace, its selector), finished ones left out. A
+    LeaderWorkerSet group is one member, its leader (its workers serve nothing of their
+    own), Ready when the whole group is (`ready_leaders`, from `workloads.ready_groups`)."""
     out = []
     for pod in pods:
         meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
         if meta.get("namespace", pool.namespace) != pool.namespace or \
-                not pool.selects(meta.get("labels") or {}) or \
-                (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                not pool.selects(labels) or _finished(pod):
             continue
-        spec = pod.get("spec") or {}
-        out.append(PoolPod(str(meta.get("name")), _ready(pod),
-                           tuple(str(c.get("image")) for c in spec.get("containers") or ()),
-                           spec.get("nodeName")))
+        if _group_of(labels) is not None:
+            if labels.get(LWS_WORKER_INDEX, "0") != "0":
+                continue
+            ready = _ready(pod) and (ready_leaders is None or meta.get("name") in ready_leaders)
+        else:
+            ready = _ready(pod)
+        out.append(_pool_pod(pod, ready))
+    return tuple(sorted(out, key=lambda p: p.name))
+
+
+def group_pods(servers: Iterable[ModelServer], pods: Iterable[Obj]) -> tuple[PoolPod, ...]:
+    """Every pod, leaders and workers, of the LeaderWorkerSets among `servers`."""
+    names = {(s.namespace, s.name) for s in servers if s.kind == "LeaderWorkerSet"}
+    out = [_pool_pod(p, _ready(p)) for p in pods if not _finished(p) and (
+        str((p.get("metadata") or {}).get("namespace") or ""),
+        ((p.get("metadata") or {}).get("labels") or {}).get(LWS_NAME)) in names]
     return tuple(sorted(out, key=lambda p: p.name))
 
 
@@ -335,6 +376,15 @@ class PoolView:
     model_servers: tuple[ModelServer, ...]
     pods: tuple[PoolPod, ...]
     routes: tuple[HTTPRoute, ...]  # those with a rule naming the pool
+    # A LeaderWorkerSet's pods, leaders and workers (its workers hold GPUs too).
+    group_pods: tuple[PoolPod, ...] = ()
+
+    @property
+    def replicas_present(self) -> int:
+        """Replicas with a pod still there (holding its GPUs): a LeaderWorkerSet group
+        counts while any of its pods is left."""
+        groups = {p.group for p in (*self.pods, *self.group_pods) if p.group is not None}
+        return len(groups) + sum(1 for p in self.pods if p.group is None)
 
     def model_server(self, field_name: str = "pool") -> ModelServer:
         """The one workload behind the pool; a `ConfigError` on `field_name` otherwise."""
@@ -347,8 +397,23 @@ class PoolView:
 
 
 def pool_view(pool: InferencePool, workloads: Iterable[Obj], pods: Iterable[Obj],
-              routes: Iterable[HTTPRoute]) -> PoolView:
+              routes: Iterable[HTTPRoute], lws_pods: Iterable[Obj] = ()) -> PoolView:
+    """`lws_pods`: the pods of the LeaderWorkerSets the pool's pods belong to (their workers
+    too, which the pool's selector may leave out), to tell whole groups Ready."""
     servers = tuple(s for s in map(parse_model_server, workloads)
                     if s.namespace in ("", pool.namespace) and pool.selects(s.template_labels))
-    return PoolView(pool, servers, pool_pods(pool, pods),
-                    tuple(r for r in routes if r.rules_for(pool.ref)))
+    members = group_pods(servers, lws_pods)
+    sizes = {s.name: s.group_size for s in servers}
+    ready_leaders = _ready_leaders(members, sizes) if members else None
+    return PoolView(pool, servers, pool_pods(pool, pods, ready_leaders),
+                    tuple(r for r in routes if r.rules_for(pool.ref)), members)
+
+
+def _ready_leaders(members: Iterable[PoolPod], sizes: Mapping[str, int]) -> set[str]:
+    """Leaders (named `<set>-<group>`) whose group has all its pods, every one Ready."""
+    groups: dict[tuple[str, str], list[PoolPod]] = {}
+    for pod in members:
+        if pod.group is not None:
+            groups.setdefault(pod.group, []).append(pod)
+    return {f"{g[0]}-{g[1]}" for g, pods in groups.items()
+            if len(pods) >= sizes.get(g[0], 1) and all(p.ready for p in pods)}

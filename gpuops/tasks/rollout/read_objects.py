@@ -12,6 +12,7 @@ from typing import Any
 from gpuops.common.errors import ConfigError, KubeNotFound
 from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.rollout.objects import (
+    LWS_NAME,
     ApiVersion,
     HTTPRoute,
     InferencePool,
@@ -23,6 +24,7 @@ from gpuops.tasks.rollout.objects import (
     served_apis,
 )
 from gpuops.tasks.rollout.weights import Patch
+from gpuops.tasks.rollout.workloads import api_of
 
 Obj = dict[str, Any]
 
@@ -72,7 +74,20 @@ def read_pool_view(kube: Kube, apis: ServedApis, namespace: str, name: str, *,
         workloads += _list(kube, apis.leader_worker_set, "LeaderWorkerSet", namespace,
                            "leaderworkersets")
     pods = kube.list_pods(namespace, label_selector=pool.label_selector) if pool.selector else []
-    return pool_view(pool, workloads, pods, read_routes(kube, apis, namespace))
+    sets = sorted({str(((p.get("metadata") or {}).get("labels") or {})[LWS_NAME]) for p in pods
+                   if LWS_NAME in ((p.get("metadata") or {}).get("labels") or {})})
+    lws_pods = kube.list_pods(namespace, label_selector=f"{LWS_NAME} in ({','.join(sets)})") \
+        if sets else []
+    return pool_view(pool, workloads, pods, read_routes(kube, apis, namespace), lws_pods)
+
+
+def read_workload(kube: Kube, kind: str, namespace: str, name: str) -> Obj:
+    """A model server as stored (a Deployment or a LeaderWorkerSet), kind and apiVersion
+    stamped."""
+    api = api_of(kind)
+    obj = kube.get_deployment(namespace, name) if kind == "Deployment" else \
+        kube.get_custom(api.group, api.version, namespace, api.plural, name)
+    return {**obj, "apiVersion": api.api_version, "kind": kind}
 
 
 def patch_route(kube: Kube, apis: ServedApis, route: HTTPRoute, patch: Patch) -> HTTPRoute:

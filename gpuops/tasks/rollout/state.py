@@ -56,6 +56,8 @@ class RolloutRecord:
     baseline_pool: str | None = None
     baseline_deployment: str | None = None
     baseline_epp: str | None = None
+    # The model servers' kind (`workloads`): both versions are the same one.
+    workload: str = "Deployment"
 
     def advance(self, *, now: datetime, **changes: Any) -> RolloutRecord:
         return dataclasses.replace(self, updated=now, **changes)
@@ -63,7 +65,8 @@ class RolloutRecord:
     def for_storage(self) -> str:
         data: dict[str, Any] = {k: v for k, v in dataclasses.asdict(self).items()
                                 if k not in ("updated", "keep_old_until")
-                                and not (k.startswith("baseline_") and v is None)}
+                                and not (k.startswith("baseline_") and v is None)
+                                and not (k == "workload" and v == "Deployment")}
         data["updated"] = _stamp(self.updated)
         if self.keep_old_until is not None:
             data["keep_old_until"] = _stamp(self.keep_old_until)
@@ -105,6 +108,10 @@ class RolloutRecord:
                               f"{phase!r}")
         updated = when("updated")
         assert updated is not None
+        workload = get("workload", str, optional=True) or "Deployment"
+        if workload not in ("Deployment", "LeaderWorkerSet"):
+            raise ConfigError(f"{field}.workload", "must be Deployment or LeaderWorkerSet, "
+                              f"got {workload!r}")
         return cls(get("run", str), get("old_pool", str), get("new_pool", str),
                    get("old_deployment", str), get("new_deployment", str),
                    get("epp", str, optional=True), get("version", str), get("mode", str),
@@ -112,7 +119,8 @@ class RolloutRecord:
                    when("keep_old_until", optional=True), data.get("passed") is True,
                    get("baseline_pool", str, optional=True),
                    get("baseline_deployment", str, optional=True),
-                   get("baseline_epp", str, optional=True))
+                   get("baseline_epp", str, optional=True),
+                   workload)
 
 
 def read_record(annotations: dict[str, str], where: str) -> RolloutRecord | None:
