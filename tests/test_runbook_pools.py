@@ -97,7 +97,10 @@ def test_the_shipped_resize_runbook_resizes_after_approval(env_factory, slack_fa
     request = wait_for(lambda: next((m for m in slack_fake.messages()
                                      if "Approval needed" in json.dumps(m.get("blocks"))),
                                     None), timeout=60, message="the approval request")
-    assert "set EKS node group a100 minSize to 2 (pool a100)" in json.dumps(request["blocks"])
+    shown = json.dumps(request["blocks"])
+    # What it will set, and what the new size costs against now, from the Block's prices.
+    assert ("set EKS node group a100 minSize to 2 (pool a100): 2 x p4d.24xlarge at "
+            "$21.96/h = $43.92/h (now 0: $0.00/h, +$43.92/h)") in shown
     run_id = json.loads(next(e["value"] for b in request["blocks"] if b["type"] == "actions"
                              for e in b["elements"]))["flow_run_id"]
 
@@ -111,3 +114,24 @@ def test_the_shipped_resize_runbook_resizes_after_approval(env_factory, slack_fa
     state = run.result(180)
     assert state.is_completed() and state.name == "Completed", state.message
     assert env.groups()["a100"][0] == 2
+
+
+def test_a_size_over_the_gpu_quota_or_the_pools_own_limits_is_refused_naming_it(env_factory):
+    pools = [p.model_dump() for p in prewarm.config("").pools]
+    for pool in pools:
+        if pool["name"] == "a100":
+            pool["max_size"] = 3  # below the node group's maxSize 4
+    env = env_factory(quotas=[{"family": "p4d", "max_gpus": 16}], pools=pools)
+    before = env.groups()
+    flow = _resize_only()
+    over = _run(flow, pool="a100", size=3, **_blocks(env))
+    assert over.is_failed()
+    assert "size: 3 nodes x 8 GPUs + 0 GPUs in other 'p4d' pools = 24, above the account " \
+        "quota of 16 GPUs (quotas['p4d'].max_gpus)" in over.message
+    above = _run(flow, pool="a100", size=4, dry_run=True, **_blocks(env))
+    assert "size: 4 is outside pool a100's limits 0..3 (the capacity Block's " \
+        "min_size/max_size)" in above.message
+    assert env.groups() == before
+    # Within the quota it goes ahead, and the plan shows the quota it leaves.
+    dry = _run(flow, pool="a100", size=2, dry_run=True, **_blocks(env))
+    assert dry.name == "DryRun" and "GPU quota p4d: 16 of 16 GPUs" in str(dry.result())

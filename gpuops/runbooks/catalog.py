@@ -89,6 +89,8 @@ class PoolSize(Output):
     previous: int = Field(description="The size before the step.")
     size: int = Field(description="The size asked for.")
     description: str = ""
+    cost: str = Field("", description="The new size's price per hour, against now's (and "
+                      "the GPU quota it leaves), from the capacity Block.")
 
 
 @CATALOG.action("scale-node-pool", "Set a node pool's size (within its min/max and the GPU "
@@ -112,6 +114,32 @@ class RollbackArgs(Args):
     pool: str = Field(pattern=rf"^{DNS_LABEL}/{DNS_SUBDOMAIN}$", description="The "
                       "InferencePool, old or new, `namespace/name`.")
     reason: str = Field("", max_length=500)
+
+
+class PoolRestart(Output):
+    restarted: list[str] = Field(description="The pods evicted, in order.")
+    replacements: list[str] = Field(description="The pods that took their place, each "
+                                    "Ready and warm before the next eviction.")
+    ready: int = Field(description="Ready pods at the start (and at the end).")
+
+
+@CATALOG.action("restart-pool-replicas", "Rolling restart of an InferencePool's model-server "
+                "pods: evict `max_unavailable` at a time (disruption budgets honoured), wait "
+                "until as many replacements are Ready, serve the model and are warm, never "
+                "going below `min_ready` Ready.", output=PoolRestart, destructive=True)
+class RestartPoolArgs(Args):
+    pool: str = Field(pattern=rf"^{DNS_LABEL}/{DNS_SUBDOMAIN}$", description="The "
+                      "InferencePool, `namespace/name`.")
+    max_unavailable: int = Field(1, ge=1, le=100, description="Pods restarted at a time.")
+    min_ready: int = Field(1, ge=0, description="Ready pods that must remain while one is "
+                           "restarted (the disruption check).")
+    timeout: Duration = Field(900, description="Per batch: how long the replacements may "
+                              "take to be Ready and warm.")
+    warmup_requests: int = Field(4, ge=0, le=100, description="Requests per warm-up batch "
+                                 "to each replacement (0: Ready and serving is enough).")
+    warm_tolerance: float = Field(0.2, gt=0, le=1, description="Warm when a batch's mean "
+                                  "TTFT is within this share of the batch before.")
+    interval: Duration = Field(5, description="Look again this often.")
 
 
 @CATALOG.action("rebalance", "Run a GPU rebalance (the gpu-rebalance deployment) and wait "

@@ -218,7 +218,7 @@ async def execute(runbook: Runbook, given: Mapping[str, Any], services: Services
             record.plan = plan.text()
             record.outputs = {s.name: s.output for s in plan.steps if s.output is not None}
         else:
-            journal = Journal(services.run_id, runbook.name)
+            journal = Journal(services.run_id, runbook.name, services.kube)
             async with recording_actions():
                 await _run(runbook, values, services, plan, record, journal)
             await journal.close()  # every outcome compensated as it said: nothing left
@@ -351,7 +351,7 @@ def _undo_args(step: Step, where: str, context: Mapping[str, Any]) -> dict[str, 
 async def recover(run_id: str, services: Services) -> list[StepRecord]:
     """Undo what a run that died mid-way left, from its journal, last first; the journal
     goes once every undo held. Empty: nothing was left to undo."""
-    journal = await read_journal(run_id)
+    journal = await read_journal(run_id, services.kube)
     if journal is None:
         return []
     records: list[StepRecord] = []
@@ -376,7 +376,7 @@ async def recover(run_id: str, services: Services) -> list[StepRecord]:
             records.append(StepRecord(name, action, args, "undo-failed",
                                       time.monotonic() - started, _describe(e)))
     if not failed:
-        await forget_journal(run_id)
+        await forget_journal(run_id, services.kube)
     return records
 
 

@@ -84,6 +84,6 @@ def predicts(name: str) -> Callable[[F], F]:
 
 def load_bindings() -> Registry[Binding]:
     """Every binding, imported once (the modules register as they are imported)."""
-    for module in ("checks", "control", "flows", "nodes", "people", "pools"):
+    for module in ("checks", "control", "flows", "nodes", "people", "pools", "serving"):
         importlib.import_module(f"gpuops.runbooks.bindings.{module}")
     return BINDINGS

@@ -6,12 +6,18 @@ hand is put back by the autoscaler; nodegroups.py says why); an Auto Scaling gro
 its desired capacity and shrinks by removing chosen empty nodes (`ScaleInPool`), never by a
 bare decrease that lets AWS pick a busy node. A pool of placeholder pods is the capacity
 plan's to size, not a runbook's. Every size is checked against the group's own min/max
-before anything changes (`LimitViolation` names the field).
+before anything changes (`LimitViolation` names the field), and so are the capacity
+Block's own limits: the pool's `min_size`/`max_size` (what Karpenter calls a NodePool's
+`limits`, cluster-autoscaler a node group's `--nodes=min:max`) and the GPU quota of its
+family (`quotas`: the account's service quota, as cluster-autoscaler's `--gpu-total` caps a
+cluster), counting what the family's other pools hold now. What the new size costs, from the
+Block's `price_per_hour`, is part of the step's planned change, so an approval shows it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from gpuops.common.errors import LimitViolation, PermanentError
 from gpuops.runbooks.bindings import Prediction, predicts, runs
@@ -20,10 +26,33 @@ from gpuops.runbooks.context import StepContext
 from gpuops.tasks.actions.nodepools import SetAsgDesiredCapacity, SetNodeGroupMinSize
 from gpuops.tasks.actions.perform import SafeAction, perform
 from gpuops.tasks.actions.scale_in import ScaleInPool
-from gpuops.tasks.clients.aws import GroupScaling
+from gpuops.tasks.capacity.pool_actions import family_budget
+from gpuops.tasks.capacity.pool_state import read_pool_states
+from gpuops.tasks.clients.aws import GpuBudget, GroupScaling
 
 
-def _plan(ctx: StepContext, args: ScalePoolArgs) -> tuple[GroupScaling, SafeAction]:
+@dataclass(frozen=True)
+class _Sizing:
+    group: GroupScaling
+    action: SafeAction
+    current: int  # nodes the pool converges to now
+    cost: str  # the new size's price, for the plan
+
+
+def cost_line(size: int, current: int, price: float, instance_type: str,
+              budget: GpuBudget | None) -> str:
+    """`2 x p4d.24xlarge at $32.77/h = $65.54/h (now 1: $32.77/h, +$32.77/h)`, and the
+    family's GPU quota after the change when it has one."""
+    now, then = current * price, size * price
+    text = (f"{size} x {instance_type} at ${price:,.2f}/h = ${then:,.2f}/h (now {current}: "
+            f"${now:,.2f}/h, {'+' if then >= now else '-'}${abs(then - now):,.2f}/h)")
+    if budget is not None:
+        used = size * budget.gpus_per_node + budget.other_pools_gpus
+        text += f"; GPU quota {budget.family}: {used} of {budget.max_gpus} GPUs"
+    return text
+
+
+def _plan(ctx: StepContext, args: ScalePoolArgs) -> _Sizing:
     if ctx.capacity is None or ctx.aws is None:
         raise PermanentError("scale-node-pool needs the capacity Block (its pools) and an "
                              "AWS connection: give the run `capacity_block` and `aws_block`")
@@ -54,7 +83,18 @@ def _plan(ctx: StepContext, args: ScalePoolArgs) -> tuple[GroupScaling, SafeActi
     if pool.backing == "asg" and args.size < group.min_size:  # EKS: the new minSize itself
         raise LimitViolation(f"{args.size} is below {pool.group_name}'s MinSize "
                              f"{group.min_size}", field="size")
-    return group, action
+    if not pool.min_size <= args.size <= pool.max_size:
+        raise LimitViolation(f"{args.size} is outside pool {pool.name}'s limits "
+                             f"{pool.min_size}..{pool.max_size} (the capacity Block's "
+                             "min_size/max_size)", field="size")
+    states = read_pool_states(ctx.capacity.pools, aws=ctx.aws, kube=ctx.kube,
+                              eks_cluster=eks_cluster)
+    budget = family_budget(ctx.capacity, pool.name, states)
+    if budget is not None:
+        budget.check(args.size, "size")
+    current = states[pool.name].current_size
+    return _Sizing(group, action, current, cost_line(args.size, current, pool.price_per_hour,
+                                                     pool.instance_type, budget))
 
 
 def _previous(group: GroupScaling, action: SafeAction) -> int:
@@ -63,20 +103,22 @@ def _previous(group: GroupScaling, action: SafeAction) -> int:
 
 @runs("scale-node-pool")
 async def scale_pool(ctx: StepContext, args: ScalePoolArgs) -> PoolSize:
-    group, action = await asyncio.to_thread(_plan, ctx, args)
+    sizing = await asyncio.to_thread(_plan, ctx, args)
+    action = sizing.action
     if isinstance(action, ScaleInPool):
         lines = await action.run(dry_run=False)
         description = "; ".join(lines) or action.describe()
     else:
         description = (await perform(action, dry_run=False)).description
-    return PoolSize(previous=_previous(group, action), size=args.size,
-                    description=description)
+    return PoolSize(previous=_previous(sizing.group, action), size=args.size,
+                    description=description, cost=sizing.cost)
 
 
 @predicts("scale-node-pool")
 async def predict_scale_pool(ctx: StepContext, args: ScalePoolArgs) -> Prediction:
-    group, action = await asyncio.to_thread(_plan, ctx, args)
-    holds = await asyncio.to_thread(action.holds)
-    return Prediction(PoolSize(previous=_previous(group, action), size=args.size,
-                               description=action.describe()),
-                      () if holds else (action.describe(),))
+    sizing = await asyncio.to_thread(_plan, ctx, args)
+    holds = await asyncio.to_thread(sizing.action.holds)
+    described = sizing.action.describe()
+    return Prediction(PoolSize(previous=_previous(sizing.group, sizing.action), size=args.size,
+                               description=described, cost=sizing.cost),
+                      () if holds else (f"{described}: {sizing.cost}",))

@@ -67,6 +67,8 @@ class Diagnosis(BaseModel):
     fault: bool  # False for planned terminations and clean completions
     rule_id: str
     alternatives: list[tuple[str, float]] = Field(default_factory=list)
+    #: the GPU Xid an Xid rule matched (what a quarantine acts on); None for other causes
+    xid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -180,4 +182,9 @@ def diagnose(evidence: RestartEvidence, rules: RuleSet | None = None) -> Diagnos
         evidence_lines=_clean(list(best.match.lines) or [facts.termination_line()]),
         explanation=redact_text(_render(best.rule.explanation, values).strip()),
         fault=best.rule.fault, rule_id=best.rule.id,
-        alternatives=list(alternatives.items())[:MAX_ALTERNATIVES])
+        alternatives=list(alternatives.items())[:MAX_ALTERNATIVES],
+        xid=_xid(best.match.captures.get("xid")))
+
+
+def _xid(captured: str | None) -> int | None:
+    return int(captured) if captured and captured.isdigit() else None

@@ -36,7 +36,7 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.artifacts import acreate_markdown_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.events import Event
+from prefect.events import Event, emit_event
 from prefect.runtime import flow_run as runtime_flow_run
 from prefect.settings import get_current_settings
 from slack_sdk.errors import SlackApiError
@@ -58,6 +58,7 @@ from gpuops.tasks.restarts.history import (
     load_timeline,
     save_timeline,
 )
+from gpuops.tasks.restarts.node_fault import hardware_xid_event
 from gpuops.tasks.restarts.recovery import workload_ready_since
 from gpuops.tasks.restarts.report import (
     Restart,
@@ -241,6 +242,9 @@ class RestartReporter:
                 self.intake.reject(event, handling_problem("classifying the restart", e))
                 continue
             plan.handled.append((evidence, diagnosis))
+            fault = hardware_xid_event(evidence, diagnosis)
+            if fault is not None:  # what quarantines the node listens to (node_fault.py)
+                emit_event(**fault)
             if why_not:
                 row.reported = f"skipped: {why_not}"
                 plan.skipped.append(row)
