@@ -9,6 +9,7 @@ from typing import Any
 
 from prefect.deployments import arun_deployment
 
+from gpuops.common.errors import PermanentError
 from gpuops.runbooks.bindings import Prediction, predicts, runs
 from gpuops.runbooks.catalog import FlowRunOutput, RebalanceArgs, RollbackArgs
 from gpuops.runbooks.context import StepContext
@@ -16,6 +17,7 @@ from gpuops.runbooks.context import StepContext
 REBALANCE = "gpu-rebalance/on-stranded"
 ROLLBACK = "serving-rollout-abort/on-demand"
 DRY_RUN_STATE = "DryRun"
+ROLLED_BACK = ("Aborted", "NothingToAbort")  # the abort flow's Completed states
 
 
 async def _run(name: str, parameters: dict[str, Any]) -> FlowRunOutput:
@@ -47,8 +49,13 @@ async def predict_rebalance(ctx: StepContext, args: RebalanceArgs) -> Prediction
 
 @runs("rollback-serving")
 async def rollback(ctx: StepContext, args: RollbackArgs) -> FlowRunOutput:
-    return await _run(ROLLBACK, {"pool": args.pool, "reason": args.reason or
-                                 f"runbook {ctx.runbook}", "requested_by": "gpuops runbook"})
+    cluster = {k: v for k, v in ctx.deployment_parameters.items() if k == "cluster_block"}
+    out = await _run(ROLLBACK, {"pool": args.pool, "reason": args.reason or
+                                f"runbook {ctx.runbook}", "requested_by": "gpuops runbook",
+                                **cluster})
+    if out.state not in ROLLED_BACK:  # a rollout that would not stop fails the step
+        raise PermanentError(f"{ROLLBACK} run {out.flow_run} ended {out.state}: {out.message}")
+    return out
 
 
 @predicts("rollback-serving")
