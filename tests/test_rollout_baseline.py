@@ -170,12 +170,12 @@ def test_the_baseline_option_is_checked_naming_it():
     assert err.value.field == "baseline"
 
 
-def test_the_bench_gate_set_of_the_flows_baseline_catches_the_slow_version_at_its_first_window():
+def test_the_bench_default_baseline_catches_the_slow_version_sooner_than_the_old_pool():
     from gpuops.bench import rollout
 
     found = rollout.run(seeds=1, versions=("good", "slow"),
-                        gate_sets=("gpuops", "gpuops_fresh_copy"))
-    fresh, plain = found["gpuops_fresh_copy"], found["gpuops"]
+                        gate_sets=("gpuops", "gpuops_old_pool"))
+    fresh, plain = found["gpuops"], found["gpuops_old_pool"]
     assert fresh["bad_rolled_back"]["slow"] == 1 and fresh["false_rollbacks"] == 0
     assert fresh["bad_windows_to_rollback"]["slow"] < plain["bad_windows_to_rollback"]["slow"]
     assert fresh["bad_request_share_pct"]["slow"] < plain["bad_request_share_pct"]["slow"]

@@ -41,3 +41,11 @@ def test_the_chart_is_a_png_with_a_curve_per_version():
                     [StepMark(START + timedelta(minutes=5), 1),
                      StepMark(START + timedelta(minutes=15), 5)], "inference/llama -> v2")
     assert png.startswith(b"\x89PNG")
+
+
+def test_the_chart_draws_the_baseline_beside_the_old_and_the_new_version_when_there_is_one():
+    from gpuops.tasks.rollout.chart import chart_pools
+
+    assert chart_pools("llama", "llama-abc", None) == (("old", "llama"), ("new", "llama-abc"))
+    assert chart_pools("llama", "llama-abc", "llama-baseline-123")[-1] == \
+        ("baseline", "llama-baseline-123")

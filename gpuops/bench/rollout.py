@@ -30,15 +30,19 @@ these versions are rolled out:
   `under_load_utilisation` of its capacity (a batching regression); `..._no_spare_gpus`: the
   same in fixed-capacity mode.
 
-Each with three gate sets on the same seeded requests: `gpuops` (the default gates, relative
-to the old version, `min_requests`), `unmatched_loads` (the same without the load matching of
-`Analysis.load_match`: the gates before it), `fixed_threshold` (an Argo/Flagger-style gate:
-TTFT p90 <= `slo_ttft_p90_s` and error ratio <= 1 %, absolute, no baseline, no minimum count),
-and `gpuops_fresh_copy`, the flow's `--baseline fresh-copy` (Kayenta's baseline): a fresh copy
-of the old version as large as the new one, started and warmed with it and given the same
-weight below 50 % (`weights.step_split`, as `tasks/rollout/run.py` sets it), so the default
-gates compare two pools equally busy at every step (1 % included) — at the price of that
-copy's GPUs; from 50 % on, the new one is compared with the old pool as usual.
+Each with four gate sets on the same seeded requests: `gpuops`, the flow's defaults: the
+default gates relative to the old version, `min_requests`, the first step adapted to the
+pool's traffic (`traffic.adapt_first_step`, the rate measured over the window before the
+rollout), and the default baseline `auto`, Kayenta's practice: where there is room (the
+blue-green versions here: the scenario's pool has room for both copies) a fresh copy of the
+old version as large as the new one, started and warmed with it and given the same weight
+below 50 % (`weights.step_split`, as `tasks/rollout/run.py` sets it), so the gates compare
+two pools equally busy at every step (1 % included), at the price of that copy's GPUs until
+50 %; without room (fixed-capacity) the old pool. `gpuops_old_pool` is the same with
+`--baseline none` (the old pool at every step: the default before); `unmatched_loads` that
+without the load matching of `Analysis.load_match` (the gates before it); `fixed_threshold`
+an Argo/Flagger-style gate: TTFT p90 <= `slo_ttft_p90_s` and error ratio <= 1 %, absolute,
+no baseline, no minimum count.
 
 Figures (medians over seeds; simulated seconds):
 - `good_time_to_full_s`: new replicas Ready -> 100 % (warm-up included), per mode;
@@ -79,6 +83,7 @@ from gpuops.tasks.rollout.gates import (
     with_comparable_step,
 )
 from gpuops.tasks.rollout.params import DEFAULT_STEPS, Timing
+from gpuops.tasks.rollout.traffic import adapt_first_step
 from gpuops.tasks.rollout.warmup import Batch, is_warm
 from gpuops.tasks.rollout.weights import WeightSplit, judged_against_baseline, step_split
 
@@ -86,7 +91,9 @@ VERSIONS = ("good", "good_no_spare_gpus", "bad", "slow", "bad_under_load",
             "bad_under_load_no_spare_gpus")
 GOOD = ("good", "good_no_spare_gpus")
 FIXED_CAPACITY = ("good_no_spare_gpus", "bad_under_load_no_spare_gpus")
-GATE_SETS = ("gpuops", "unmatched_loads", "fixed_threshold", "gpuops_fresh_copy")
+GATE_SETS = ("gpuops", "gpuops_old_pool", "unmatched_loads", "fixed_threshold")
+WITH_BASELINE = ("gpuops",)  # the default baseline, auto: a fresh copy where there is room
+ADAPTED = ("gpuops", "gpuops_old_pool")  # the flow's default: the first step fits traffic
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,7 @@ class Scenario:
     load_s: float = 60.0  # a new replica's model load (fixed-capacity waits for it)
     slo_ttft_p90_s: float = 1.0
     under_load_utilisation: float = 0.5
+    max_first_step: int = 10  # adapted first steps at most this %
 
     def profile(self) -> ReplicaProfile:
         return ReplicaProfile(capacity_rps=self.capacity_rps, warmup=Warmup())
@@ -143,7 +151,8 @@ class Course:
 
     def __init__(self, stack: ServingStack, scenario: Scenario, analysis: Analysis,
                  new_degradations: tuple[Degradation, ...],
-                 judge_full: bool = True, baseline_pool: bool = False) -> None:
+                 judge_full: bool = True, baseline_pool: bool = False,
+                 rate_rps: float | None = None) -> None:
         self.stack = stack
         self.scenario = scenario
         self.timing = scenario.timing
@@ -158,6 +167,7 @@ class Course:
         self.full_at: float | None = None  # when 100 % was set
         self.baseline_pool = baseline_pool
         self.split = WeightSplit(100, 0)  # the route's, as set last
+        self.rate_rps = rate_rps  # the pool's, before the rollout: steps adapted to it
 
     def warm_up(self, deadline: float) -> str | None:
         """Batches until the new replicas' TTFT stops falling; why not, or None."""
@@ -235,7 +245,14 @@ class Course:
         why = self.warm_up(started + self.timing.ready_timeout_s)
         if why:
             return self.outcome(started, 0, why)
-        steps = with_comparable_step(s.steps, s.replicas, s.replicas, self.analysis.load_match)
+        steps = s.steps
+        if self.rate_rps is not None:  # as `Course._adapt_steps`
+            steps = adapt_first_step(steps, rate_rps=self.rate_rps,
+                                     min_requests=self.analysis.min_requests,
+                                     window_s=self.timing.window_s,
+                                     step_timeout_s=self.timing.step_timeout_s,
+                                     cap=s.max_first_step).steps
+        steps = with_comparable_step(steps, s.replicas, s.replicas, self.analysis.load_match)
         for weight in steps:
             if weight == 100 and unproven(self.analysis, self.verdicts):
                 return self.outcome(started, 100, "latency never compared at equal loads")
@@ -285,10 +302,14 @@ def roll_out(scenario: Scenario, version: str, gate_set: str, seed: int) -> Outc
     stack = ServingStack(seed=seed, demand=DemandCurve(scenario.base_rps, scenario.peak_rps),
                          start=start, profile=scenario.profile())
     stack.add("old", "old", scenario.replicas, warm=True)
+    before = stack.snapshot()
     stack.advance(scenario.timing.window_s)  # the old version serving before the rollout
+    served = sum(stack.requests(before, stack.snapshot()).values())
+    adapt = gate_set in ADAPTED and scenario.steps == DEFAULT_STEPS
     course = Course(stack, scenario, analysis_for(gate_set, scenario), bad,
                     judge_full=gate_set != "unmatched_loads",
-                    baseline_pool=gate_set == "gpuops_fresh_copy")
+                    baseline_pool=gate_set in WITH_BASELINE and version not in FIXED_CAPACITY,
+                    rate_rps=served / scenario.timing.window_s if adapt else None)
     return course.fixed_capacity() if version in FIXED_CAPACITY else course.blue_green()
 
 

@@ -1,5 +1,6 @@
-"""The rollout's chart: TTFT, inter-token latency and error ratio of each version over the
-rollout, the steps marked where their weights were set (pure: queries in, series and PNG out).
+"""The rollout's chart: TTFT, inter-token latency and error ratio of each version (and of the
+fresh-copy baseline, when there is one) over the rollout, the steps marked where their weights
+were set (pure: queries in, series and PNG out).
 
 The figures are the means (`_sum / _count` rates) and the error ratio over a short moving
 range (`rate_window`), per pool, summed over its pods: the same series the gates read, as a
@@ -32,6 +33,12 @@ POINTS = 120  # per curve, about
 class StepMark:
     at: datetime
     weight: int  # the new version's %, from then on
+
+
+def chart_pools(old: str, new: str, baseline: str | None) -> tuple[tuple[str, str], ...]:
+    """(version, pool) of each curve: old and new, and the baseline when the rollout had
+    one (the pool the new version was judged against below 50 %)."""
+    return ((("old", old), ("new", new)) + ((("baseline", baseline),) if baseline else ()))
 
 
 def chart_step(start: datetime, end: datetime) -> timedelta:
@@ -70,7 +77,7 @@ def chart_png(curves: Mapping[str, Mapping[str, pd.Series]], marks: Sequence[Ste
     figure = Figure(figsize=(9, 7), dpi=dpi)
     FigureCanvasAgg(figure)
     axes = figure.subplots(len(PANELS), 1, sharex=True)
-    colours = {"old": "tab:blue", "new": "tab:orange"}
+    colours = {"old": "tab:blue", "new": "tab:orange", "baseline": "tab:green"}
     for ax, (key, label) in zip(axes, PANELS, strict=True):
         for version, by_panel in curves.items():
             series = by_panel.get(key)

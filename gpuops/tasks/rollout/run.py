@@ -56,7 +56,7 @@ from typing import Any
 from prefect import get_run_logger
 
 from gpuops.common.annotations import ROLLOUT_ABORT
-from gpuops.common.errors import ConfigError, GpuopsError, KubeNotFound
+from gpuops.common.errors import ConfigError, GpuopsError, KubeNotFound, PrometheusError
 from gpuops.tasks.actions.perform import perform
 from gpuops.tasks.approvals.block_kit import ApprovalRequest
 from gpuops.tasks.approvals.request import Approval, not_approved_message
@@ -72,9 +72,16 @@ from gpuops.tasks.rollout.actions import (
     pool_target,
 )
 from gpuops.tasks.rollout.capacity import capacity_stages, capacity_weight
-from gpuops.tasks.rollout.chart import StepMark, chart_png
+from gpuops.tasks.rollout.chart import StepMark, chart_png, chart_pools
 from gpuops.tasks.rollout.derive import served_model
-from gpuops.tasks.rollout.gates import Status, Verdict, against_history, judge, unproven
+from gpuops.tasks.rollout.gates import (
+    Status,
+    Verdict,
+    against_history,
+    judge,
+    unproven,
+    with_comparable_step,
+)
 from gpuops.tasks.rollout.metrics import SeriesSelector, pool_series
 from gpuops.tasks.rollout.objects import PoolRef, PoolView, ServedApis
 from gpuops.tasks.rollout.preflight import Plan
@@ -88,6 +95,7 @@ from gpuops.tasks.rollout.state import (
     record_annotations,
 )
 from gpuops.tasks.rollout.timeline import StepResult, timeline_text
+from gpuops.tasks.rollout.traffic import adapt_first_step
 from gpuops.tasks.rollout.warmup import Batch, is_warm, served_models, warm_up_batch
 from gpuops.tasks.rollout.weights import WeightSplit, judged_against_baseline, step_split
 from gpuops.tasks.rollout.workloads import api_of
@@ -136,6 +144,7 @@ class Course:
     ask_capacity: AskCapacity | None = None
     steps: list[StepResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the run decided on the way
+    step_notes: dict[int, str] = field(default_factory=dict)  # weight: why it is that
     record: RolloutRecord | None = None
     # Every pod judged, per pool: the chart reads their series after a rollback removed them.
     pods_seen: dict[str, set[str]] = field(default_factory=dict)
@@ -279,12 +288,16 @@ class Course:
                                                pool=baseline.pool_name,
                                                model=served_model(new.old_version),
                                                what="the baseline")
+        if start_at == 0 and self.spec.adapt_steps:
+            steps = await asyncio.to_thread(self._adapt_steps, steps)
         for index in range(start_at, len(steps)):
             weight = steps[index]
             if weight == 100 and start_at == 0:
                 self._check_proven(index + 1)
             await self._approve(index + 1, weight)
             await self.set_weight(weight, phase="shifting", passed=False)
+            if self.record.baseline_pool and not self.split(weight).baseline:
+                await self._free_baseline(weight)
             if weight == 100:
                 if start_at == 0 and self.steps:
                     await self._judge_full(index + 1)
@@ -352,6 +365,47 @@ class Course:
                                         baseline=None)
         await self.write_record("pre-warm timed out: fixed-capacity", mode="fixed-capacity",
                                 phase="preparing")
+
+    def _adapt_steps(self, steps: tuple[int, ...]) -> tuple[int, ...]:
+        """The steps with a first step the pool's traffic can judge in time
+        (`traffic.adapt_first_step`), the old pool's request rate read over the last window;
+        unchanged when it cannot be read."""
+        spec, timing = self.spec, self.spec.timing
+        end = _now()
+        try:
+            old = read_window(self.prom, pool_series(read_pool_view(
+                self.kube, self.apis, self.ns, self.plan.old.pool.name)),
+                end - timedelta(seconds=timing.window_s), end)
+        except PrometheusError as e:
+            get_run_logger().warning("steps not adapted to traffic: %s", e)
+            return steps
+        rate = None if old.requests is None else old.requests / timing.window_s
+        adapted = adapt_first_step(spec.steps, rate_rps=rate,
+                                   min_requests=spec.analysis.min_requests,
+                                   window_s=timing.window_s,
+                                   step_timeout_s=timing.step_timeout_s,
+                                   cap=spec.max_first_step)
+        if not adapted.note:
+            return steps
+        self.notes.append(adapted.note)
+        self.step_notes[adapted.steps[0]] = adapted.note
+        get_run_logger().info(adapted.note)
+        return with_comparable_step(adapted.steps, self.plan.old.model_server().replicas,
+                                    self.plan.new.replicas, spec.analysis.load_match)
+
+    async def _free_baseline(self, weight: int) -> None:
+        """From 50 % on the baseline carries nothing and nothing is judged against it (the
+        old pool's replicas are as busy as the new ones; 100 % is judged against the old
+        pool's own first window): its GPUs go back now rather than at 100 %."""
+        assert self.record is not None
+        pool = self.record.baseline_pool
+        await remove_baseline(self.kube, self.apis, self.ns, self.routes, self.record,
+                              group=self.plan.old_ref.group)
+        await self.write_record(f"baseline {pool} removed at {weight} %", baseline_pool=None,
+                                baseline_deployment=None, baseline_epp=None)
+        self.notes.append(f"baseline {pool} removed at {weight} % (it carries no traffic and "
+                          "nothing is judged against it from here): its GPUs freed")
+        get_run_logger().info(self.notes[-1])
 
     async def _create_baseline(self, replicas: int) -> None:
         baseline = self.plan.baseline
@@ -442,27 +496,31 @@ class Course:
         new_view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns,
                                            self.plan.new.pool_name)
         against = self._against(weight, history)
+        baseline_replicas = None
         if against != self.plan.old.pool.name:
-            old_view = await asyncio.to_thread(read_pool_view, self.kube, self.apis, self.ns,
-                                               against)
+            baseline_view = await asyncio.to_thread(read_pool_view, self.kube, self.apis,
+                                                    self.ns, against)
+            baseline_replicas = sum(p.ready for p in baseline_view.pods)
         step = StepResult(index, weight, sum(p.ready for p in old_view.pods),
-                          sum(p.ready for p in new_view.pods), _now())
+                          sum(p.ready for p in new_view.pods), _now(),
+                          baseline_replicas=baseline_replicas)
         verdict = await self.analyse(step.started, history, against=against)
         ended = _now()
         note = f"against the baseline {against}" if against != self.plan.old.pool.name else \
             "" if history is None else (
             f"against the old version's window {history[0]:%H:%M:%S} .. "
             f"{history[1]:%H:%M:%S} (step {self.steps[0].index})")
+        if history is None and weight in self.step_notes:
+            note = "; ".join(n for n in (self.step_notes[weight], note) if n)
         if verdict.status is Status.PASS:
-            self.steps.append(StepResult(step.index, weight, step.old_replicas,
-                                         step.new_replicas, step.started, ended, verdict,
-                                         note=note))
+            self.steps.append(dataclasses.replace(step, ended=ended, verdict=verdict,
+                                                  note=note))
             await self.write_record(f"step {index} ({weight} %) passed", passed=True)
             return
         timed_out = verdict.status is Status.WAIT
         outcome = "timed out" if timed_out else "failed"
-        self.steps.append(StepResult(step.index, weight, step.old_replicas, step.new_replicas,
-                                     step.started, ended, verdict, outcome, note))
+        self.steps.append(dataclasses.replace(step, ended=ended, verdict=verdict,
+                                              outcome=outcome, note=note))
         why = (f"step {index} ({weight} %) {'timed out' if timed_out else 'failed'} after "
                f"{(ended - step.started).total_seconds():.0f} s")
         raise RolloutStopped(f"{why}\n{verdict_text(verdict)}", outcome)
@@ -514,13 +572,15 @@ class Course:
         start = self.steps[0].started - timedelta(seconds=self.spec.timing.window_s)
         end = _now()
         curves = {}
-        for version, pool in (("old", self.plan.old.pool.name),
-                              ("new", self.plan.new.pool_name)):
+        for version, pool in chart_pools(self.plan.old.pool.name, self.plan.new.pool_name,
+                                         self.plan.baseline.pool_name if self.plan.baseline
+                                         else None):
             selector = SeriesSelector.of_pods(self.ns, self.pods_seen.get(pool, ()))
             curves[version] = read_chart_curves(self.prom, selector, start, end)
         marks = [StepMark(s.started, s.weight) for s in self.steps if s.verdict is not None]
         return chart_png(curves, marks, f"{self.plan.old.pool.ref} -> "
-                         f"{self.plan.new.pool_name}: old (blue) and new (orange)")
+                         f"{self.plan.new.pool_name}: old (blue), new (orange)"
+                         + (", baseline (green)" if "baseline" in curves else ""))
 
     # --- waits ----------------------------------------------------------------------------------
 

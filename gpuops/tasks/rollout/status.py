@@ -48,6 +48,11 @@ def status_text(status: RolloutStatus, run_state: str | None = None) -> str:
         lines.append(f"rollout: {record.old_pool} -> {record.new_pool} ({record.mode}), "
                      f"{record.phase} at {at}, updated {record.updated:%Y-%m-%d %H:%M:%S}Z")
         lines.append(f"run: {record.run}" + (f" ({run_state})" if run_state else ""))
+        if record.baseline_pool:
+            share = dict(status.weights).get(record.baseline_pool, 0)
+            lines.append(f"baseline: {record.baseline_pool} (a fresh copy of the old version, "
+                         f"Deployment {record.baseline_deployment or '-'}) at {share} %, "
+                         "judged against below 50 %, removed from 50 % on")
         if record.keep_old_until is not None:
             lines.append(f"old version kept warm until {record.keep_old_until:%H:%M:%S}Z")
     if status.abort:

@@ -2,8 +2,8 @@
 
 What a person reads to see how a rollout went (the run's table artifact) and what an approver
 is shown before 100 % (fixed-width text): per step the new version's share, the replicas on
-each side, the window, the requests each side finished, every gate's value against its limit,
-and what was decided.
+each side (and in the baseline a step was judged against), the window, the requests each side
+finished, every gate's value against its limit, and what was decided.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class StepResult:
     verdict: Verdict | None = None
     outcome: str = "passed"
     note: str = ""
+    baseline_replicas: int | None = None  # Ready in the baseline it was judged against
 
     @property
     def window_s(self) -> float | None:
@@ -56,6 +57,8 @@ def timeline_rows(steps: Sequence[StepResult]) -> list[dict[str, str]]:
         rows.append({
             "step": str(s.index), "new %": str(s.weight),
             "replicas old/new": f"{s.old_replicas}/{s.new_replicas}",
+            "replicas baseline": "-" if s.baseline_replicas is None
+            else str(s.baseline_replicas),
             "started": s.started.strftime("%H:%M:%S"),
             "window": "-" if s.window_s is None else f"{s.window_s:.0f} s",
             "requests new/old": "-" if v is None else
