@@ -9,15 +9,23 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+POLL_CAP_S = 0.5  # the longest pause between two polls of a wait (unless asked for longer)
+
+
 def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
              message: str = "condition") -> T:
     """Poll until `predicate()` is truthy; return its value or fail naming what was awaited.
 
     The default is generous: on two loaded cores (four test workers, each with its servers)
     what takes a second alone took over 10 s (moto creating a node group), and a wait that
-    is met returns at once, so only a failing test waits it out."""
+    is met returns at once, so only a failing test waits it out.
+
+    The pause starts at `interval` and grows to POLL_CAP_S: a poll is an API call or a new
+    Prefect client (an SSL context and an event loop, tens of ms of CPU), and a wait of a
+    minute polled every 50 ms kept a core a third busy while other workers waited for it."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
+    pause = interval
     while time.monotonic() < deadline:
         try:
             value = predicate()
@@ -25,7 +33,8 @@ def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float 
                 return value
         except Exception as e:  # noqa: BLE001 - the last error is reported on timeout
             last_error = e
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = max(interval, min(pause * 1.5, POLL_CAP_S))
     raise AssertionError(f"timed out after {timeout}s waiting for {message}"
                          + (f" (last error: {last_error!r})" if last_error else ""))
 

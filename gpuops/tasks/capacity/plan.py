@@ -36,14 +36,17 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import cvxpy as cp
 import numpy as np
-import scipy.sparse as sp
 
 from gpuops.common.errors import ConfigError
 
-SOLUTION_STATUSES = (cp.OPTIMAL, cp.OPTIMAL_INACCURATE, cp.USER_LIMIT)
+# cvxpy (with scipy) takes about 2 s of CPU to import, and every process that serves or
+# lists the deployments imports this module: it is imported where a plan is solved.
+if TYPE_CHECKING:
+    import cvxpy as cp
+    import scipy.sparse as sp
 _EPS = 1e-6
 
 
@@ -279,6 +282,9 @@ def build_capacity_model(pools: Sequence[NodePoolSpec], models: Sequence[ModelPr
                          demand: np.ndarray, quotas: Sequence[GpuQuota], options: PlanOptions
                          ) -> CapacityModel:
     """The whole MILP, vectorised over hours (see the module docstring for the model)."""
+    import cvxpy as cp
+    import scipy.sparse as sp
+
     n_pools, n_models, hours = len(pools), len(models), demand.shape[1]
     pool_index = {p.name: i for i, p in enumerate(pools)}
     edges = tuple((m, pool_index[name]) for m, model in enumerate(models)
@@ -432,7 +438,10 @@ def _solver_gap(problem: cp.Problem) -> float | None:
 
 
 def _has_solution(problem: cp.Problem, model: CapacityModel) -> bool:
-    if problem.status not in SOLUTION_STATUSES or model.nodes.value is None:
+    import cvxpy as cp
+
+    if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE, cp.USER_LIMIT) \
+            or model.nodes.value is None:
         return False
     info = problem.solver_stats.extra_stats if problem.solver_stats else None
     # HiGHS: 2 = kSolutionStatusFeasible; a time limit before any incumbent leaves 0.
@@ -513,6 +522,8 @@ def plan_capacity(
     if HiGHS stops without any incumbent; a time-limited incumbent is a valid plan
     (`status == "user_limit"`, with its gap).
     """
+    import cvxpy as cp
+
     options = options or PlanOptions()
     validate_plan_inputs(pools, models, demand, quotas, options)
     demand_matrix = np.array([np.asarray(demand[m.name], dtype=float) for m in models])
