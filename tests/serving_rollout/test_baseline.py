@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from gpuops.deployments.rollout_cli import status_lines
 from gpuops.flows.serving_rollout import serving_rollout_abort
 from tests.helpers import wait_for
 from tests.serving_rollout.stack import (
@@ -89,6 +90,10 @@ def test_the_baseline_a_killed_run_left_is_removed_by_the_rollback_of_what_it_le
     assert stack.weights() == {MODEL: 98, new: 1, baseline: 1}
     assert stack.ready_pods(baseline) == stack.ready_pods(new) == 2
     asyncio.run(mark_crashed(record["run"]))
+    # `gpuops rollout status` names the baseline and its share beside the old and the new
+    shown = status_lines(f"{NS}/{MODEL}", blocks["cluster_block"])
+    assert f"{baseline} 1 %" in shown and f"baseline: {baseline} (a fresh copy of the old " \
+        "version" in shown and ") at 1 %, judged against below 50 %" in shown
 
     state = asyncio.run(serving_rollout_abort(
         pool=f"{NS}/{MODEL}", reason="test", cluster_block=blocks["cluster_block"],
