@@ -51,6 +51,11 @@ def test_the_served_deployments_form_is_the_rollouts_parameters():
     assert modes[0]["enum"] == ["auto", "blue-green", "fixed-capacity"]
     approvals = [s for s in props["approve"]["anyOf"] if "enum" in s]
     assert approvals[0]["enum"] == ["final", "every-step", "none"]
+    for name, values in (("baseline", ["auto", "none", "fresh-copy"]),
+                         ("no_room", ["fixed-capacity", "prewarm"]),
+                         ("prewarm_fallback", ["fixed-capacity", "fail"])):
+        assert props[name].get("description"), name
+        assert next(s for s in props[name]["anyOf"] if "enum" in s)["enum"] == values
 
 
 def test_a_bad_parameter_on_the_command_line_is_one_line_and_changes_nothing(
@@ -65,7 +70,9 @@ def test_a_bad_parameter_on_the_command_line_is_one_line_and_changes_nothing(
             (["--gates", '[{"metric": "ttft_p95", "factor": 1.2}]'],
              "error: gates[0].metric: unknown metric 'ttft_p95'"),
             (["--mode", "canary"], ("error: mode: must be one of auto, blue-green, "
-                                   "fixed-capacity, got 'canary'"))):
+                                   "fixed-capacity, got 'canary'")),
+            (["--no-room", "wait"], ("error: no_room: must be one of fixed-capacity, prewarm, "
+                                     "got 'wait'"))):
         result = runner.invoke(app, ["rollout", "start", f"{NS}/{MODEL}", "--image",
                                      "vllm/vllm-openai:v0.12.0", *extra, *_options(blocks)])
         assert result.exit_code == 2, result.output
