@@ -201,3 +201,34 @@ def test_a_refused_connection_to_a_database_stays_an_application_error() -> None
            'Traceback (most recent call last):\n  File "/app/cache.py", line 9, in connect\n'
            "    return redis.Redis(url)\nConnectionRefusedError: [Errno 111] Connection refused\n")
     assert _diagnose(log).cause == "app-error"
+
+
+# --- the same words wherever the evidence has them -------------------------------------------
+
+def test_the_termination_message_counts_as_the_logs_last_lines_when_the_log_is_gone() -> None:
+    # terminationMessagePolicy: FallbackToLogsOnError keeps the log's tail in the message
+    message = "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be reported later"
+    found = _diagnose("", last_state={"terminated": {"reason": "Error", "exit_code": 1,
+                                                     "message": message}},
+                      log_error="previous terminated container not found")
+    assert found.cause == "cuda-oom"
+    assert "RuntimeError: CUDA error: out of memory" in found.evidence_lines
+
+
+def test_the_container_toolkit_refusing_the_images_cuda_is_a_driver_mismatch_while_waiting(
+        ) -> None:
+    refusal = ("failed to create containerd task: OCI runtime create failed: nvidia-container-cli"
+               ": requirement error: unsatisfied condition: cuda>=12.8, please update your "
+               "driver to a newer version, or use an earlier cuda container: unknown")
+    found = _diagnose("", trigger="waiting", last_state={},
+                      state={"waiting_reason": "RunContainerError", "waiting_message": refusal})
+    assert found.cause == "cuda-driver-mismatch"
+
+
+def test_a_config_file_that_does_not_parse_at_start_up_is_a_configuration_error() -> None:
+    started = {"terminated": {"reason": "Error", "exit_code": 1,
+                              "started_at": "2025-06-01T09:59:30Z"}}
+    log = ("loading /etc/router/routes.yaml\n"
+           "Error: failed to parse config file /etc/router/routes.yaml: yaml: line 7: "
+           "mapping values are not allowed in this context\n")
+    assert _diagnose(log, last_state=started).cause == "config-error"

@@ -136,9 +136,21 @@ class RestartFacts:
         return None if start is None or end is None else (end - start).total_seconds()
 
     @cached_property
+    def log_text(self) -> str:
+        """The previous log, and after it the termination message when the log does not
+        already end with it: with `terminationMessagePolicy: FallbackToLogsOnError` the
+        kubelet keeps the log's last lines there, which is all that is left when the log
+        itself is gone (rotated, or the node's runtime lost it)."""
+        log = self.evidence.previous_log
+        message = (self.terminated.message if self.terminated else "").strip()
+        if not message or message in log:
+            return log
+        return log + ("" if not log or log.endswith("\n") else "\n") + message + "\n"
+
+    @cached_property
     def log_lines(self) -> list[str]:
         # split at "\n" only, so line numbers agree with offsets in the text
-        lines = self.evidence.previous_log.split("\n")
+        lines = self.log_text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         return [line.rstrip("\r") for line in lines]
@@ -183,7 +195,7 @@ class RestartFacts:
 
     @cached_property
     def _line_starts(self) -> list[int]:
-        text = self.evidence.previous_log
+        text = self.log_text
         return [0, *(m.end() for m in re.finditer("\n", text))]
 
     @cached_property
@@ -232,7 +244,7 @@ class RestartFacts:
         Each pattern first runs over the whole log (with `^`/`$` at line breaks), and only
         the lines it hits are checked one by one: a 1 MiB log costs a few regex scans, not
         tens of thousands of per-line searches for every rule."""
-        text, starts = self.evidence.previous_log, self._line_starts
+        text, starts = self.log_text, self._line_starts
         hits: list[tuple[int, str]] = []
         for pattern in patterns:
             wide, pos = _whole_log(pattern), 0
@@ -271,7 +283,7 @@ class RestartFacts:
     @cached_property
     def _exception(self) -> tuple[int, int, str] | None:
         """(head line number, exception line number, exception line) of the last traceback."""
-        text = self.evidence.previous_log
+        text = self.log_text
         at = text.rfind(_TRACEBACK_HEAD)
         if at < 0:
             return None
@@ -426,7 +438,9 @@ def _log_exception(value: list[re.Pattern[str]], facts: RestartFacts,
     line = facts.exception_line
     if line is None or not any(p.search(line) for p in value):
         return None
-    return Match((line,), {"exception": line.strip()},
+    # shortened: it may stand in a title (a Slack header holds 150 characters)
+    named = line.strip() if len(line.strip()) <= 100 else line.strip()[:99] + "…"
+    return Match((line,), {"exception": named},
                  log_at=(facts.exception_line_number,) if facts.exception_line_number is not None
                  else ())
 
