@@ -24,7 +24,14 @@ from gpuops.runbooks.check import RunbookCalls, check_runbook
 from gpuops.runbooks.located import dotted, problems_from
 from gpuops.runbooks.registry import ActionCatalog, Registry
 from gpuops.runbooks.schema import Runbook
-from gpuops.runbooks.yamlnodes import Loc, Problem, YamlSyntaxError, YamlTree, parse
+from gpuops.runbooks.yamlnodes import (
+    Loc,
+    Problem,
+    YamlSyntaxError,
+    YamlTree,
+    parse,
+    position_in,
+)
 
 LIBRARY = Path(__file__).parent / "library"
 
@@ -62,10 +69,37 @@ def load_files(paths: Iterable[Path | str], *, catalog: ActionCatalog = CATALOG,
     """The runbooks in `paths`, or `RunbookInvalid` with every problem. `known`: more files
     (e.g. the shipped library) a `run-runbook` may name; their own problems are not reported
     unless they are also in `paths`."""
-    wanted = [(str(p), Path(p).read_text()) for p in paths]
-    others = [(str(p), Path(p).read_text()) for p in known
-              if str(p) not in {w for w, _ in wanted}]
-    return load_texts(wanted, catalog=catalog, known=others)
+    read = [_read(p) for p in paths]
+    unreadable = [problem for _, _, problem in read if problem is not None]
+    wanted = [(source, text) for source, text, problem in read if problem is None]
+    others = [(str(p), text) for p in known if str(p) not in {str(w) for w in paths}
+              for _, text, problem in [_read(p)] if problem is None]
+    try:
+        registry = load_texts(wanted, catalog=catalog, known=others)
+    except RunbookInvalid as e:
+        raise RunbookInvalid(_sorted([*unreadable, *e.problems])) from None
+    if unreadable:
+        raise RunbookInvalid(unreadable)
+    return registry
+
+
+def _read(path: Path | str) -> tuple[str, str, Problem | None]:
+    """(source, text, None), or the problem that the file is not UTF-8 text, at the first
+    byte that is not."""
+    data = Path(path).read_bytes()
+    try:
+        return str(path), data.decode("utf-8"), None
+    except UnicodeDecodeError as e:
+        text = data.decode("utf-8", "replace")
+        line, column = position_in(text, len(data[:e.start].decode("utf-8", "replace")))
+        shown = text.splitlines()[line - 1] if line <= len(text.splitlines()) else ""
+        return str(path), "", Problem(str(path), line, column, "<file>", "not UTF-8 text: "
+                                      f"byte 0x{data[e.start]:02x} cannot be read (save "
+                                      "the file as UTF-8)", shown.rstrip())
+
+
+def _sorted(problems: Iterable[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: (p.source, p.line or 0, p.column or 0))
 
 
 def load_texts(texts: Iterable[tuple[str, str]], *, catalog: ActionCatalog = CATALOG,
@@ -77,8 +111,7 @@ def load_texts(texts: Iterable[tuple[str, str]], *, catalog: ActionCatalog = CAT
     problems = [pr for p in parsed for pr in p.problems]
     problems += _across(parsed, extra)
     if problems:
-        raise RunbookInvalid(sorted(problems, key=lambda p: (
-            p.source, p.line or 0, p.column or 0)))
+        raise RunbookInvalid(_sorted(problems))
     registry: Registry[LoadedRunbook] = Registry("runbook")
     for p in parsed:
         assert p.runbook is not None

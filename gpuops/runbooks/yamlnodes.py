@@ -9,6 +9,7 @@ dependency (common/yamlsource.py composes the same way for the rule files).
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ import yaml
 
 Loc = tuple[str | int, ...]
 Position = tuple[int, int]  # 1-based line, column
+MAX_VALUES = 20_000  # a runbook has hundreds; more is aliases expanding (a "billion laughs")
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class YamlTree:
                 line_offset: int = 0, at: Position | None = None, find: str = "") -> Problem:
         """A problem at `loc`. `line_offset`: the line within a `|`/`>` value the problem
         is on; `find`: a word to point at inside the value (a template's unknown name)."""
-        line, column = at or self.position(loc, value=value)
+        line, column = within(self.lines, *(at or self.position(loc, value=value)))
         if line_offset:
             line, column = line + line_offset, 1
         text = self.line_text(line)
@@ -137,11 +139,25 @@ def parse(text: str, source: str) -> YamlTree:
             message += " (check this line's indentation against its neighbours')"
         if "expected a single document" in str(e.problem):
             message = "one runbook per file: a second YAML document starts here"
+        if line is not None:
+            line, column = within(lines, line, column or 1)
         text_line = lines[line - 1].rstrip() if line and 0 < line <= len(lines) else ""
         raise YamlSyntaxError(Problem(source, line, column, "<yaml>", message,
                                       text_line)) from None
-    except yaml.YAMLError:
-        raise YamlSyntaxError(Problem(source, None, None, "<yaml>", "not valid YAML")) from None
+    except yaml.reader.ReaderError as e:
+        # A character YAML does not allow; libyaml counts its position in UTF-8 bytes, so
+        # find it again as YAML's reader defines it.
+        found = yaml.reader.Reader.NON_PRINTABLE.search(text)
+        line, column = position_in(text, found.start() if found else 0)
+        bad = found.group() if found else chr(e.character) if isinstance(e.character, int) \
+            else str(e.character)
+        raise YamlSyntaxError(Problem(
+            source, line, column, "<yaml>", f"not valid YAML: the character U+{ord(bad):04X} "
+            f"({unicodedata.name(bad, 'a control character')}) is not allowed; delete it",
+            lines[line - 1].rstrip() if line <= len(lines) else "")) from None
+    except yaml.YAMLError as e:
+        raise YamlSyntaxError(Problem(source, 1, 1, "<yaml>", f"not valid YAML: {e}",
+                                      lines[0] if lines else "")) from None
     finally:
         loader.dispose()
     tree = YamlTree(None, source, lines)
@@ -149,9 +165,32 @@ def parse(text: str, source: str) -> YamlTree:
         constructor = yaml.SafeLoader("")
         try:
             tree.data = _build(root, (), tree, constructor)
+        except _Unbuildable as e:
+            line, column = within(lines, *e.at)
+            raise YamlSyntaxError(Problem(source, line, column, "<yaml>",
+                                          f"not valid YAML: {e}", tree.line_text(line))
+                                  ) from None
         finally:
             constructor.dispose()
     return tree
+
+
+def within(lines: Sequence[str], line: int, column: int) -> Position:
+    """(line, column) moved inside the file: the parser marks the end of the text one line
+    past the last (after its line break); that is the end of the last line."""
+    if line > len(lines):
+        return max(len(lines), 1), len(lines[-1].rstrip("\r\n")) + 1 if lines else 1
+    return line, column
+
+
+def position_in(text: str, index: int) -> Position:
+    """The 1-based line and column of `text[index]`, lines counted as `splitlines` does."""
+    before = text[:index].splitlines(keepends=True)
+    if not before:
+        return 1, 1
+    if before[-1].splitlines()[0:1] != [before[-1]]:  # ends with its line break
+        return len(before) + 1, 1
+    return len(before), len(before[-1]) + 1
 
 
 def _indent(text: str) -> int:
@@ -173,18 +212,62 @@ def _misindented(lines: Sequence[str], line: int, column: int | None) -> tuple[i
     return line, column
 
 
+class _Unbuildable(Exception):
+    """A node safe YAML cannot make a value of: a tag (`!x`, `!!python/...`), or a
+    value its tag refuses (`!!int x`)."""
+
+    def __init__(self, message: str, at: Position) -> None:
+        super().__init__(message)
+        self.at = at
+
+
+def _construct(node: yaml.Node, constructor: yaml.SafeLoader) -> Any:
+    try:
+        return constructor.construct_object(node, deep=True)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        what = e.problem or "this value cannot be read"
+        if "constructor for the tag" in what:
+            what += " (runbooks are plain YAML: no tags)"
+        raise _Unbuildable(what, (mark.line + 1, mark.column + 1) if mark
+                           else _mark(node)) from None
+    except (ValueError, TypeError, OverflowError, ArithmeticError) as e:
+        raise _Unbuildable(f"{node.tag.rsplit(':', 1)[-1]} value {node.value!r} cannot "
+                           f"be read ({e})" if isinstance(node, yaml.ScalarNode)
+                           else f"this value cannot be read ({e})", _mark(node)) from None
+
+
 def _mark(node: yaml.Node) -> Position:
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
-def _build(node: yaml.Node, loc: Loc, tree: YamlTree, constructor: yaml.SafeLoader) -> Any:
+def _build(node: yaml.Node, loc: Loc, tree: YamlTree, constructor: yaml.SafeLoader,
+           inside: frozenset[int] = frozenset()) -> Any:
+    """Plain data from `node`, noting positions. `inside`: the nodes being built around
+    this one (an alias back to one of them is a cycle)."""
     tree.values.setdefault(loc, _mark(node))
+    if len(tree.values) > MAX_VALUES:  # aliases of aliases grow exponentially
+        raise _Unbuildable(f"more than {MAX_VALUES:,} values (aliases that expand into "
+                           "each other?)", _mark(node))
+    if id(node) in inside:
+        raise _Unbuildable("an alias refers to a value that contains it (a cycle)",
+                           _mark(node))
+    inside = inside | {id(node)}
     if isinstance(node, yaml.MappingNode):
-        constructor.flatten_mapping(node)  # `<<:` merge keys, as safe_load does
+        try:
+            constructor.flatten_mapping(node)  # `<<:` merge keys, as safe_load does
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            raise _Unbuildable(e.problem or "a `<<:` merge that cannot be made",
+                               (mark.line + 1, mark.column + 1) if mark else _mark(node)
+                               ) from None
         out: dict[Any, Any] = {}
         first: dict[Any, Position] = {}
         for key_node, value_node in node.value:
-            key = constructor.construct_object(key_node, deep=True)
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise _Unbuildable("a key must be a plain value, not a list or mapping",
+                                   _mark(key_node))
+            key = _construct(key_node, constructor)
             if not isinstance(key, str | int | float | bool) and key is not None:
                 key = str(key)
             child = (*loc, key if isinstance(key, str | int) else str(key))
@@ -193,14 +276,14 @@ def _build(node: yaml.Node, loc: Loc, tree: YamlTree, constructor: yaml.SafeLoad
                 continue  # the first stays: the second is the mistake shown
             first[key] = _mark(key_node)
             tree.keys[child] = _mark(key_node)
-            out[key] = _build(value_node, child, tree, constructor)
+            out[key] = _build(value_node, child, tree, constructor, inside)
         return out
     if isinstance(node, yaml.SequenceNode):
         items = []
         for i, item in enumerate(node.value):
             tree.keys[(*loc, i)] = _mark(item)
-            items.append(_build(item, (*loc, i), tree, constructor))
+            items.append(_build(item, (*loc, i), tree, constructor, inside))
         return items
     if isinstance(node, yaml.ScalarNode) and node.style in ("|", ">"):
         tree.block_scalars.add(loc)
-    return constructor.construct_object(node, deep=True)
+    return _construct(node, constructor)
