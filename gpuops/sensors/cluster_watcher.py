@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from gpuops.common.events import workload_related
-from gpuops.common.settings import WatcherSettings, get_settings
+from gpuops.common.settings import PrometheusSettings, WatcherSettings, get_settings
 from gpuops.sensors.emitter import PAYLOAD_LIMIT_BYTES, EventSender, build_event
 from gpuops.sensors.evidence_capture import EvidenceCapture
 from gpuops.sensors.gpu_sensor import GpuSensor, watcher_settings
@@ -38,6 +38,7 @@ from gpuops.sensors.pod_secrets import PodSecretReader, redact_watcher_logs
 from gpuops.sensors.restart_detector import DetectedRestart, ReportedStore, detect_restarts
 from gpuops.sensors.watch_loop import WatchLoop
 from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.clients.prometheus import Prometheus
 from gpuops.tasks.restarts.evidence import RestartEvidence
 
 log = logging.getLogger("gpuops.sensors.watcher")
@@ -93,8 +94,12 @@ class ClusterWatcher:
             read_pod_secrets = get_settings(WatcherSettings).read_pod_secrets
         self.secrets = PodSecretReader(kube) if read_pod_secrets else None
         redact_watcher_logs()
+        # A GPU pod's GPUs and its node's Xids from DCGM's series where the cluster does not
+        # record them (a real cluster has no gpu-index annotation): the GPU side's Prometheus.
         self.capture = EvidenceCapture(
             kube, log_cap_bytes=log_cap_bytes,
+            gpu_metrics=Prometheus(get_settings(PrometheusSettings).url, timeout_s=5.0)
+            if gpu else None,
             **cast(dict[str, Any], {"secret_values": self.secrets.values_for}
                    if self.secrets else {}))
         self.sender = sender or EventSender()

@@ -15,11 +15,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuops.common.annotations import GPU_INDEX, gpuops_annotations
-from gpuops.common.errors import KubeError, KubeNotFound
+from gpuops.common.errors import KubeError, KubeNotFound, PrometheusError
 from gpuops.common.redact import pod_env_secrets, redact, redact_text
 from gpuops.sensors.job_failures import owning_workload
 from gpuops.sensors.restart_detector import DetectedRestart
 from gpuops.tasks.clients.kube import Kube
+from gpuops.tasks.clients.prometheus import Prometheus
+from gpuops.tasks.restarts.dcgm_gpus import read_container_gpus, read_node_xids
 from gpuops.tasks.restarts.evidence import (
     Condition,
     ContainerState,
@@ -30,6 +32,7 @@ from gpuops.tasks.restarts.evidence import (
     TerminatedState,
     Workload,
     XidEvent,
+    parse_timestamp,
 )
 
 log = logging.getLogger("gpuops.sensors.capture")
@@ -102,6 +105,25 @@ def gpus_from(pod: dict[str, Any]) -> list[GpuDevice]:
     return [GpuDevice(index=int(p)) for p in parts]
 
 
+def _holds_gpus(resources: dict[str, Any]) -> bool:
+    """Whether the container asks for GPUs (whole `nvidia.com/gpu`, or a gpuops share)."""
+    asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+    return any(str(asked.get(name, "0")) not in ("0", "") for name in
+               ("nvidia.com/gpu", "gpuops.io/gpu-milli"))
+
+
+def _ended_at(status: dict[str, Any]) -> datetime | None:
+    """When the container's last instance ended (its lastState, else its state)."""
+    for key in ("lastState", "state"):
+        finished = ((status.get(key) or {}).get("terminated") or {}).get("finishedAt")
+        if finished:
+            try:
+                return parse_timestamp(finished)
+            except ValueError:
+                return None
+    return None
+
+
 def _rolling_out(owner: dict[str, Any]) -> bool:
     status, spec = owner.get("status") or {}, owner.get("spec") or {}
     if owner.get("kind") not in ("Deployment", "StatefulSet", "DaemonSet", "LeaderWorkerSet"):
@@ -123,9 +145,12 @@ class EvidenceCapture:
     and by shape, in every field, before it leaves as an event."""
 
     def __init__(self, kube: Kube, *, log_cap_bytes: int = 1 << 20, max_events: int = 30,
-                 secret_values: Callable[[dict[str, Any]], list[str]] = _no_secret_values
-                 ) -> None:
+                 secret_values: Callable[[dict[str, Any]], list[str]] = _no_secret_values,
+                 gpu_metrics: Prometheus | None = None) -> None:
+        """`gpu_metrics`: a Prometheus with DCGM exporter series, asked for a GPU pod's GPUs
+        and its node's Xids when the pod and the node do not record them (dcgm_gpus.py)."""
         self.kube = kube
+        self.gpu_metrics = gpu_metrics
         self.secret_values = secret_values
         self.log_cap_bytes = log_cap_bytes
         self.max_events = max_events
@@ -158,6 +183,11 @@ class EvidenceCapture:
         namespace = self._namespace(ns)
         secrets = pod_env_secrets(pod) + self.secret_values(pod)
         resources = spec_c.get("resources") or {}
+        gpus, xids = gpus_from(pod), xids_from(node, node_events)
+        if self.gpu_metrics is not None and node_name and _holds_gpus(resources) and (
+                not gpus or not xids):
+            gpus, xids = self._from_dcgm(self.gpu_metrics, restart, node_name, cs, gpus,
+                                         xids)
         evidence = RestartEvidence(
             cluster=self.kube.cluster_name, namespace=ns, pod=name, pod_uid=restart.pod_uid,
             container=restart.container, container_kind=restart.kind,
@@ -190,11 +220,28 @@ class EvidenceCapture:
                                            reason=c.get("reason", ""),
                                            message=c.get("message", ""))
                              for c in (node.get("status") or {}).get("conditions") or []],
-            node_xids=xids_from(node, node_events), gpus=gpus_from(pod),
+            node_xids=xids, gpus=gpus,
             observed_at=observed_at,
             captured_at=_now(), restarts_missed=restart.missed)
         # Defence in depth: no value this pod may print leaves in any field.
         return RestartEvidence.model_validate(redact(evidence.model_dump(), secrets))
+
+    @staticmethod
+    def _from_dcgm(prometheus: Prometheus, restart: DetectedRestart, node: str,
+                   status: dict[str, Any], gpus: list[GpuDevice], xids: list[XidEvent]
+                   ) -> tuple[list[GpuDevice], list[XidEvent]]:
+        """What DCGM's series add where the pod or the node said nothing: the GPUs the pod
+        held (as mapped when it ended) and the node's Xids of the look-back before that."""
+        ended = _ended_at(status) or datetime.now(UTC)
+        try:
+            if not gpus:
+                gpus = read_container_gpus(prometheus, restart.namespace, restart.pod,
+                                           restart.container, at=ended)
+            if not xids:
+                xids = read_node_xids(prometheus, node, ended)
+        except PrometheusError as e:  # the evidence goes out without it, as before
+            log.info("DCGM series for %s/%s unreadable: %s", restart.namespace, restart.pod, e)
+        return gpus, xids
 
     def _previous_log(self, restart: DetectedRestart) -> tuple[str, int, bool, str]:
         if restart.log_source == "none":
