@@ -232,3 +232,26 @@ def test_a_config_file_that_does_not_parse_at_start_up_is_a_configuration_error(
            "Error: failed to parse config file /etc/router/routes.yaml: yaml: line 7: "
            "mapping values are not allowed in this context\n")
     assert _diagnose(log, last_state=started).cause == "config-error"
+
+
+@pytest.mark.parametrize(("line", "cause"), [
+    (("Not enough memory to handle 4096 prefill tokens. You need to decrease "
+     "`--max-batch-prefill-tokens`"), "cuda-oom"),
+    ("ValueError: the KV cache memory is not enough for 2 sequences of 32768 tokens",
+     "cuda-oom"),
+    ("misc/shmutils.cc:72 NCCL WARN Call to posix_fallocate failed : No space left on device",
+     "shm-exhausted"),
+    (("Not enough free disk space to download the file. The target location /data/hub only "
+     "has 120.00 MB free disk space."), "disk-full"),
+], ids=["tgi-prefill", "kv-cache-not-enough", "nccl-fallocate", "hub-download"])
+def test_more_of_each_classs_words(line: str, cause: str) -> None:
+    assert _diagnose(f"starting\n{line}\n").cause == cause
+
+
+def test_a_memory_eviction_is_the_nodes_memory_after_memory_pressure_has_cleared() -> None:
+    message = ("The node was low on resource: memory. Threshold quantity: 100Mi, available: "
+               "90112Ki. Container app was using 30Gi, request is 8Gi, has larger consumption "
+               "of memory.")
+    found = _diagnose("", trigger="pod-failed", pod_phase="Failed", pod_reason="Evicted",
+                      pod_message=message)  # the node's conditions are healthy again
+    assert found.cause == "oom-killed-node-pressure"
