@@ -255,3 +255,21 @@ def test_a_memory_eviction_is_the_nodes_memory_after_memory_pressure_has_cleared
     found = _diagnose("", trigger="pod-failed", pod_phase="Failed", pod_reason="Evicted",
                       pod_message=message)  # the node's conditions are healthy again
     assert found.cause == "oom-killed-node-pressure"
+
+
+def test_an_exec_liveness_probe_that_errored_is_a_liveness_kill() -> None:
+    events = [{"type": "Warning", "reason": "Unhealthy", "count": 3,
+               "message": "Liveness probe errored: rpc error: code = DeadlineExceeded desc = "
+                          "failed to exec in container: timeout 5s exceeded"}]
+    found = _diagnose("serving\n", pod_events=events,
+                      last_state={"terminated": {"reason": "Error", "exit_code": 137}})
+    assert found.cause == "liveness-probe"
+
+
+def test_a_jobs_active_deadline_on_the_pods_events_is_deadline_exceeded() -> None:
+    # the Job controller's message, recorded on the pod under another reason than its own
+    events = [{"type": "Warning", "reason": "Killing", "count": 1,
+               "message": "Job was active longer than specified deadline"}]
+    found = _diagnose("step 900\n", pod_events=events, pod_deleting=True,
+                      last_state={"terminated": {"reason": "Error", "exit_code": 143}})
+    assert found.cause == "deadline-exceeded"

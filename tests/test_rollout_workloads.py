@@ -1,18 +1,21 @@
-"""A pool served by a LeaderWorkerSet, in the rollout's pure logic: a group's GPUs and room, the
-new version derived as a LeaderWorkerSet, a group as one pool member Ready only as a whole,
-and the record naming the kind. Plain data in, plain data out."""
+"""A pool served by a LeaderWorkerSet or routed by several HTTPRoutes, in the rollout's pure
+logic: a group's GPUs and room, the new version derived as a LeaderWorkerSet, a group as one
+pool member Ready only as a whole, the record naming the kind; the record several routes
+resume from, and routes that disagree. Plain data in, plain data out."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
 
 from gpuops.common.errors import ConfigError
 from gpuops.tasks.rollout.derive import derive
-from gpuops.tasks.rollout.objects import parse_pool, pool_view
+from gpuops.tasks.rollout.objects import HTTPRoute, parse_pool, parse_route, pool_view
 from gpuops.tasks.rollout.params import VersionChange
+from gpuops.tasks.rollout.routes import check_routes_agree, routes_record
 from gpuops.tasks.rollout.state import RolloutRecord, read_record, record_annotations
 from gpuops.tasks.rollout.workloads import gpus_per_replica, room_for_replicas
 
@@ -120,3 +123,52 @@ def test_the_record_names_a_leaderworkerset_and_reads_back_the_same():
     plain = RolloutRecord("run-1", "a", "b", "a", "b", None, "x", "blue-green", "shifting", 5,
                           2, datetime(2026, 1, 1, tzinfo=UTC))
     assert "workload" not in plain.for_storage()  # a Deployment's record is as before
+
+
+# --- several routes (`routes`) --------------------------------------------------------------------
+
+def _route(name: str, backends: list[dict], record: RolloutRecord | None = None) -> HTTPRoute:
+    annotations = {k: v for k, v in record_annotations(record).items() if v} if record else {}
+    return parse_route({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                        "metadata": {"name": name, "namespace": "inference",
+                                     "annotations": annotations},
+                        "spec": {"rules": [{"backendRefs": backends}]}})
+
+
+def _ref(name: str, weight: int) -> dict:
+    return {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": name,
+            "weight": weight}
+
+
+def _record(weight: int, second: int, **changes: object) -> RolloutRecord:
+    base = RolloutRecord("run-1", "big", "big-1a2b3c", "big", "big-1a2b3c", None, "1a2b3c",
+                         "blue-green", "shifting", weight, 2,
+                         datetime(2026, 1, 1, 0, 0, second, tzinfo=UTC))
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_the_routes_record_is_the_one_written_last():
+    a = _route("a", [_ref("big", 75), _ref("big-1a2b3c", 25)], _record(25, 30))
+    b = _route("b", [_ref("big", 95), _ref("big-1a2b3c", 5)], _record(5, 10, passed=True))
+    c = _route("c", [_ref("big", 100)])  # a route the crashed run never reached
+    assert routes_record([b, c, a]) == _record(25, 30)
+    # a rollback begun on one route wins over the step the other still records
+    back = _route("a", [_ref("big", 100)], _record(0, 10, phase="rolling-back"))
+    assert routes_record([b, back]).phase == "rolling-back"  # type: ignore[union-attr]
+    assert routes_record([c]) is None
+
+
+def test_routes_recording_different_rollouts_are_refused():
+    a = _route("a", [_ref("big", 100)], _record(5, 1))
+    b = _route("b", [_ref("big", 100)], _record(5, 1, run="run-2"))
+    with pytest.raises(ConfigError, match="record different rollouts"):
+        routes_record([a, b])
+
+
+def test_routes_sending_the_pool_s_traffic_to_different_pools_are_refused():
+    pool = parse_pool(POOL).ref
+    same = [_route("a", [_ref("big", 100)]), _route("b", [_ref("big", 1)])]
+    check_routes_agree(same, pool)  # weights may differ; the pools named may not
+    split = [_route("a", [_ref("big", 100)]), _route("b", [_ref("big", 90), _ref("canary", 10)])]
+    with pytest.raises(ConfigError, match="inference/b sends to inference/big, inference/canary"):
+        check_routes_agree(split, pool)

@@ -163,7 +163,7 @@ async def serving_rollout(pool: str, image: str | None = None, model: str | None
 
         targets = [pool_target(plan.new.namespace, plan.old.pool.name),
                    pool_target(plan.new.namespace, plan.new.pool_name),
-                   route_target(plan.route.namespace, plan.route.name)]
+                   *(route_target(plan.route.namespace, r) for r in plan.route_names)]
         result: Result | None = None
         try:
             async with hold_targets(targets, timeout_s=policy.lock_timeout_s,
@@ -227,10 +227,10 @@ async def _settle_leftovers(kube: Kube, spec: RolloutSpec, run_id: str, plan: Pl
         return plan
     ns = plan.route.namespace
     if record.phase == "promoted":
-        await retire_old(kube, plan.apis, ns, plan.route.name, record,
+        await retire_old(kube, plan.apis, ns, plan.route_names, record,
                          delete=spec.on_success == "delete")
     else:
-        await roll_back(kube, plan.apis, ns, plan.route.name, record,
+        await roll_back(kube, plan.apis, ns, plan.route_names, record,
                         f"left half done by flow run {record.run}, which is no longer going",
                         group=plan.old_ref.group)
     fresh = await asyncio.to_thread(preflight, kube, spec, run_id)
@@ -318,10 +318,11 @@ async def serving_rollout_abort(pool: str, reason: str = "", requested_by: str =
                 return Completed(name="Aborted", message=f"flow run {record.run} ended")
             record = left
         targets = [pool_target(ns, record.old_pool), pool_target(ns, record.new_pool),
-                   route_target(ns, route.name)]
+                   *(route_target(ns, r.name) for r in status.routes or (route,))]
         async with hold_targets(targets, timeout_s=max(policy.lock_timeout_s, 2 * SLOT_LEASE_S),
                                 lease_s=SLOT_LEASE_S):
-            await roll_back(kube, apis, ns, route.name, record, f"aborted by {why}",
+            await roll_back(kube, apis, ns, [r.name for r in status.routes or (route,)],
+                            record, f"aborted by {why}",
                             outcome="aborted")
     return Completed(name="Aborted", message=f"rolled back what flow run {record.run} left: "
                      f"{record.old_pool} serves 100 % again")

@@ -31,7 +31,8 @@ from gpuops.tasks.rollout.gates import with_comparable_step
 from gpuops.tasks.rollout.objects import HTTPRoute, PoolRef, PoolView, ServedApis
 from gpuops.tasks.rollout.params import RolloutSpec
 from gpuops.tasks.rollout.read_objects import read_pool_view, read_served_apis, read_workload
-from gpuops.tasks.rollout.state import RolloutRecord, read_record
+from gpuops.tasks.rollout.routes import check_routes_agree, routes_record
+from gpuops.tasks.rollout.state import RolloutRecord
 from gpuops.tasks.rollout.weights import WeightSplit, current_split, weight_patch
 from gpuops.tasks.rollout.workloads import room_for_replicas
 
@@ -49,6 +50,12 @@ class Plan:
     baseline: PoolCopy | None = None  # the fresh copy of the old version this run makes
     baseline_note: str = "none: the new version judged against the old pool"
     prewarm: Prewarm | None = None  # no room yet: the GPUs asked of the capacity side
+    # Every HTTPRoute naming the old pool (`route` first): their weights move together.
+    routes: tuple[HTTPRoute, ...] = ()
+
+    @property
+    def route_names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.routes) or (self.route.name,)
 
     @property
     def old_ref(self) -> PoolRef:
@@ -73,7 +80,9 @@ class Plan:
 
     def describe(self) -> str:
         n = self.new
-        lines = [f"pool       {self.old.pool.ref} -> {n.pool_name} (HTTPRoute {self.route})",
+        routes = self.routes or (self.route,)
+        named = f"HTTPRoute{'s' if len(routes) > 1 else ''} {', '.join(map(str, routes))}"
+        lines = [f"pool       {self.old.pool.ref} -> {n.pool_name} ({named})",
                  f"version    {n.old_version.describe()}",
                  f"        -> {n.version.describe()}",
                  (f"workload   {n.workload_kind} {n.old_deployment} -> {n.deployment_name}, "
@@ -129,15 +138,12 @@ def _epp(kube: Kube, view: PoolView) -> tuple[dict[str, Any] | None, Mapping[str
     return service, epp_deployment_of(service, deployments)
 
 
-def _route(view: PoolView) -> HTTPRoute:
+def _routes(view: PoolView) -> tuple[HTTPRoute, ...]:
+    """Every route naming the pool, by name (`routes`: they move together)."""
     if not view.routes:
         raise ConfigError("pool", f"no HTTPRoute in namespace {view.pool.namespace} routes to "
                           f"InferencePool {view.pool.ref}: there is no traffic to move")
-    if len(view.routes) > 1:
-        raise ConfigError("pool", f"InferencePool {view.pool.ref} is routed by several "
-                          f"HTTPRoutes ({', '.join(map(str, view.routes))}); a rollout moves "
-                          "one route's weights")
-    return view.routes[0]
+    return tuple(sorted(view.routes, key=str))
 
 
 def _check_names(kube: Kube, new: NewVersion) -> None:
@@ -163,8 +169,11 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
     namespace, name = spec.pool.namespace, spec.pool.name
     view = read_pool_view(kube, apis, namespace, name, field="pool")
     server = view.model_server("pool")
-    route = _route(view)
-    record = read_record(dict(route.annotations), f"HTTPRoute {route}")
+    routes = _routes(view)
+    route = routes[0]
+    record = routes_record(routes)
+    if record is None:
+        check_routes_agree(routes, view.pool.ref)
     deployment = read_workload(kube, server.kind, namespace, server.name)
     service, epp_deployment = _epp(kube, view)
     new = derive(pool=view.pool, pool_obj=_pool_object(kube, apis, namespace, name),
@@ -174,12 +183,13 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
                      record is not None and record.baseline_pool is not None))
     new_ref = PoolRef(view.pool.ref.group, namespace, new.pool_name)
     ours = record is not None and record.old_pool == name and record.version == new.digest
-    if record is None or ours:  # (another rollout's route is checked once that one is settled)
-        weight_patch(route, view.pool.ref, new_ref, WeightSplit(100, 0))  # it can carry it
-    if record is None and not any(old for old, _ in
-                                  current_split(route, view.pool.ref, new_ref).values()):
-        raise ConfigError("pool", f"InferencePool {view.pool.ref} gets no traffic on HTTPRoute "
-                          f"{route} (weight 0): roll out from the pool that serves")
+    for each in routes:
+        if record is None or ours:  # (another rollout's routes: checked once it is settled)
+            weight_patch(each, view.pool.ref, new_ref, WeightSplit(100, 0))  # it can carry it
+        if record is None and not any(old for old, _ in
+                                      current_split(each, view.pool.ref, new_ref).values()):
+            raise ConfigError("pool", f"InferencePool {view.pool.ref} gets no traffic on "
+                              f"HTTPRoute {each} (weight 0): roll out from the pool that serves")
     _check_names(kube, new)
     room = room_for_replicas(new.deployment, kube.list_nodes(), kube.list_pods())
     mode: ChosenMode
@@ -202,4 +212,4 @@ def preflight(kube: Kube, spec: RolloutSpec, run_id: str) -> Plan:
         with_baseline, note = choose_baseline(spec.baseline, mode, room, new.replicas,
                                               new.gpus_per_replica)
     return Plan(spec, apis, view, route, new, room, mode, record,
-                new.baseline if with_baseline else None, note, prewarm)
+                new.baseline if with_baseline else None, note, prewarm, routes)

@@ -48,7 +48,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -171,6 +171,11 @@ class Course:
     def route(self) -> str:
         return self.plan.route.name
 
+    @property
+    def routes(self) -> tuple[str, ...]:
+        """Every route naming the old pool: each change goes to all of them (`routes`)."""
+        return self.plan.route_names
+
     def _record(self, **changes: Any) -> RolloutRecord:
         assert self.record is not None
         self.record = self.record.advance(now=_now(), **changes)
@@ -180,18 +185,20 @@ class Course:
 
     async def write_record(self, what: str, **changes: Any) -> None:
         record = self._record(**changes)
-        await perform(RecordRollout(self.kube, self.apis, self.ns, self.route, self.lock,
-                                    record_annotations(record), what=what), dry_run=False)
+        for route in self.routes:
+            await perform(RecordRollout(self.kube, self.apis, self.ns, route, self.lock,
+                                        record_annotations(record), what=what), dry_run=False)
 
     def split(self, weight: int) -> WeightSplit:
         return step_split(weight, baseline=self.plan.baseline is not None)
 
     async def set_weight(self, weight: int, **changes: Any) -> None:
         record = self._record(weight=weight, **changes)
-        await perform(SetRouteWeights(
-            self.kube, self.apis, self.ns, self.route, self.lock, record_annotations(record),
-            old=self.plan.old_ref, new=self.plan.new_ref, split=self.split(weight),
-            baseline=self.plan.baseline_ref), dry_run=False)
+        for route in self.routes:  # one after the other, each with the record (`routes`)
+            await perform(SetRouteWeights(
+                self.kube, self.apis, self.ns, route, self.lock, record_annotations(record),
+                old=self.plan.old_ref, new=self.plan.new_ref, split=self.split(weight),
+                baseline=self.plan.baseline_ref), dry_run=False)
 
     async def scale(self, deployment: str, replicas: int) -> None:
         # The model servers (old, new, baseline) are of the old one's kind; pickers are
@@ -672,7 +679,7 @@ class Course:
         record = self.record
         # The baseline has carried nothing since 50 %: its GPUs go back now, not after
         # keep_old_s.
-        await remove_baseline(self.kube, self.apis, self.ns, self.route, record,
+        await remove_baseline(self.kube, self.apis, self.ns, self.routes, record,
                               group=self.plan.old_ref.group)
         if record.phase != "promoted":
             until = _now() + timedelta(seconds=self.spec.timing.keep_old_s)
@@ -682,12 +689,12 @@ class Course:
         if record.keep_old_until is not None:
             # The old version is still warm: an abort now sends the traffic back to it.
             await self.pause((record.keep_old_until - _now()).total_seconds())
-        await retire_old(self.kube, self.apis, self.ns, self.route, record,
+        await retire_old(self.kube, self.apis, self.ns, self.routes, record,
                          delete=self.spec.on_success == "delete")
 
     async def roll_back(self, reason: str, outcome: Outcome = "rolled-back") -> None:
         assert self.record is not None
-        await roll_back(self.kube, self.apis, self.ns, self.route, self.record, reason,
+        await roll_back(self.kube, self.apis, self.ns, self.routes, self.record, reason,
                         group=self.plan.old_ref.group, outcome=outcome)
         if self.notify is not None:
             what = "aborted and rolled back" if outcome == "aborted" else "rolled back"
@@ -698,8 +705,11 @@ class Course:
 
     async def abort_requested(self) -> str | None:
         """Who asked to abort, and why (`gpuops rollout abort`), or None."""
-        route = await asyncio.to_thread(read_route, self.kube, self.apis, self.ns, self.route)
-        return route.annotations.get(ROLLOUT_ABORT)
+        for name in self.routes:
+            route = await asyncio.to_thread(read_route, self.kube, self.apis, self.ns, name)
+            if ROLLOUT_ABORT in route.annotations:
+                return route.annotations[ROLLOUT_ABORT]
+        return None
 
     async def pause(self, seconds: float) -> None:
         """Sleep `seconds`, looking for an abort request every POLL_S (a stop if there is)."""
@@ -728,11 +738,15 @@ def _waiting_reason(pod: dict[str, Any]) -> str:
 
 # --- rolling back and finishing, also for what another run left ------------------------------------
 
-async def roll_back(kube: Kube, apis: ServedApis, namespace: str, route: str,
+def _names(route: str | Sequence[str]) -> tuple[str, ...]:
+    return (route,) if isinstance(route, str) else tuple(route)
+
+
+async def roll_back(kube: Kube, apis: ServedApis, namespace: str, route: str | Sequence[str],
                     record: RolloutRecord, reason: str, *, group: str | None = None,
                     outcome: Outcome = "rolled-back") -> None:
-    """Weights back to the old pool at once, the new version scaled to 0, the old back to its
-    replicas, the record ended with `reason`."""
+    """Weights back to the old pool at once on every route (`route`: one or several), the new
+    version scaled to 0, the old back to its replicas, the record ended with `reason`."""
     log = get_run_logger()
     log.warning("rolling back %s -> %s: %s", record.old_pool, record.new_pool,
                 reason.splitlines()[0])
@@ -742,9 +756,11 @@ async def roll_back(kube: Kube, apis: ServedApis, namespace: str, route: str,
                                                                   record.new_pool)
     back = record.advance(now=_now(), phase="rolling-back", weight=0)
     baseline = PoolRef(group, namespace, record.baseline_pool) if record.baseline_pool else None
-    await perform(SetRouteWeights(kube, apis, namespace, route, lock, record_annotations(back),
-                                  old=old, new=new, split=WeightSplit(100, 0),
-                                  baseline=baseline), dry_run=False)
+    for name in _names(route):
+        await perform(SetRouteWeights(kube, apis, namespace, name, lock,
+                                      record_annotations(back), old=old, new=new,
+                                      split=WeightSplit(100, 0), baseline=baseline),
+                      dry_run=False)
     await perform(ScaleDeployment(kube, namespace, record.new_deployment, 0, lock,
                                   record.workload), dry_run=False)
     if record.epp:
@@ -752,13 +768,13 @@ async def roll_back(kube: Kube, apis: ServedApis, namespace: str, route: str,
     await remove_baseline(kube, apis, namespace, route, back, group=group)
     await perform(ScaleDeployment(kube, namespace, record.old_deployment, record.old_replicas,
                                   lock, record.workload), dry_run=False)
-    await perform(RecordRollout(kube, apis, namespace, route, lock,
-                                ended_annotations(back, outcome, _now(),
-                                                  reason.splitlines()[0]),
-                                what=f"rollout {outcome}"), dry_run=False)
+    ended = ended_annotations(back, outcome, _now(), reason.splitlines()[0])
+    for name in _names(route):
+        await perform(RecordRollout(kube, apis, namespace, name, lock, ended,
+                                    what=f"rollout {outcome}"), dry_run=False)
 
 
-async def retire_old(kube: Kube, apis: ServedApis, namespace: str, route: str,
+async def retire_old(kube: Kube, apis: ServedApis, namespace: str, route: str | Sequence[str],
                      record: RolloutRecord, *, delete: bool) -> None:
     """After a promotion: the old version scaled to 0, or deleted (off the route first), and
     the record ended."""
@@ -768,13 +784,15 @@ async def retire_old(kube: Kube, apis: ServedApis, namespace: str, route: str,
                                   record.workload), dry_run=False)
     ended = ended_annotations(record, "completed", _now())
     if not delete:
-        await perform(RecordRollout(kube, apis, namespace, route, lock, ended,
-                                    what="rollout completed"), dry_run=False)
+        for name in _names(route):
+            await perform(RecordRollout(kube, apis, namespace, name, lock, ended,
+                                        what="rollout completed"), dry_run=False)
         return
     api = apis.inference_pool
     old = PoolRef(api.group, namespace, record.old_pool)
-    await perform(RemoveBackend(kube, apis, namespace, route, lock, ended, pool=old),
-                  dry_run=False)
+    for name in _names(route):
+        await perform(RemoveBackend(kube, apis, namespace, name, lock, ended, pool=old),
+                      dry_run=False)
     server = api_of(record.workload)
     for api_version, kind, name in ((server.api_version, server.kind, record.old_deployment),
                                     (api.api_version, "InferencePool", record.old_pool)):
@@ -782,8 +800,9 @@ async def retire_old(kube: Kube, apis: ServedApis, namespace: str, route: str,
                       dry_run=False)
 
 
-async def remove_baseline(kube: Kube, apis: ServedApis, namespace: str, route: str,
-                          record: RolloutRecord, *, group: str | None = None) -> None:
+async def remove_baseline(kube: Kube, apis: ServedApis, namespace: str,
+                          route: str | Sequence[str], record: RolloutRecord, *,
+                          group: str | None = None) -> None:
     """The baseline the record names (none: nothing to do) off the route (it carries 0 %
     by now), scaled to 0 and deleted with its pool and picker. Each part holds when it is
     gone already, so a run removing what a crashed one half removed goes through."""
@@ -792,8 +811,9 @@ async def remove_baseline(kube: Kube, apis: ServedApis, namespace: str, route: s
     lock = pool_target(namespace, record.old_pool)
     api = apis.inference_pool
     pool = PoolRef(group or api.group, namespace, record.baseline_pool)
-    await perform(RemoveBackend(kube, apis, namespace, route, lock, {}, pool=pool),
-                  dry_run=False)
+    for name in _names(route):
+        await perform(RemoveBackend(kube, apis, namespace, name, lock, {}, pool=pool),
+                      dry_run=False)
     objects: list[tuple[str, str, str]] = []
     if record.baseline_deployment:
         await perform(ScaleDeployment(kube, namespace, record.baseline_deployment, 0, lock,

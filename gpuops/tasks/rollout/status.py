@@ -11,7 +11,8 @@ from gpuops.common.errors import ConfigError
 from gpuops.tasks.clients.kube import Kube
 from gpuops.tasks.rollout.objects import POOL_KIND, HTTPRoute
 from gpuops.tasks.rollout.read_objects import read_pool_view, read_served_apis
-from gpuops.tasks.rollout.state import RolloutRecord, read_record
+from gpuops.tasks.rollout.routes import routes_record
+from gpuops.tasks.rollout.state import RolloutRecord
 
 
 @dataclass(frozen=True)
@@ -22,19 +23,22 @@ class RolloutStatus:
     record: RolloutRecord | None
     last: str | None
     abort: str | None
+    routes: tuple[HTTPRoute, ...] = ()  # every route naming the pool (`route` first)
 
 
 def read_status(kube: Kube, namespace: str, name: str) -> RolloutStatus:
     view = read_pool_view(kube, read_served_apis(kube), namespace, name, field="pool")
-    if len(view.routes) != 1:
-        raise ConfigError("pool", f"InferencePool {view.pool.ref} is routed by "
-                          f"{len(view.routes)} HTTPRoutes; a rollout needs exactly one")
-    route = view.routes[0]
+    if not view.routes:
+        raise ConfigError("pool", f"no HTTPRoute in namespace {view.pool.namespace} routes to "
+                          f"InferencePool {view.pool.ref}")
+    routes = tuple(sorted(view.routes, key=str))  # moved together (`routes`)
+    route = routes[0]
     weights = tuple((b.name, b.weight) for rule in route.rules_for(view.pool.ref)
                     for b in rule.backends if b.kind == POOL_KIND)
-    return RolloutStatus(str(view.pool.ref), route, weights,
-                         read_record(dict(route.annotations), f"HTTPRoute {route}"),
-                         route.annotations.get(ROLLOUT_LAST), route.annotations.get(ROLLOUT_ABORT))
+    abort = next((r.annotations[ROLLOUT_ABORT] for r in routes if ROLLOUT_ABORT in r.annotations),
+                 None)
+    return RolloutStatus(str(view.pool.ref), route, weights, routes_record(routes),
+                         route.annotations.get(ROLLOUT_LAST), abort, routes)
 
 
 def status_text(status: RolloutStatus, run_state: str | None = None) -> str:
