@@ -186,6 +186,7 @@ def test_the_ui_form_requires_started_by_only_when_the_runbook_separates():
     separate = parameter_schema(_flow(FOUR_EYES).fn).model_dump()
     anyone = parameter_schema(_flow(ANYONE).fn).model_dump()
     assert "started_by" in separate["required"]
+    assert separate["properties"]["started_by"]["pattern"] == r"\S"  # not blank
     assert "started_by" not in anyone["required"]
 
 

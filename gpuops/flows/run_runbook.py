@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from prefect import Flow
 from prefect.events import DeploymentEventTrigger
@@ -100,10 +100,12 @@ def signature_of(runbook: Runbook, runbooks: Registry[LoadedRunbook] | None = No
                                         default=default, annotation=kind))
     for name, (kind, value, description) in ENGINE_PARAMETERS.items():
         field = Field(value, description=description)
+        annotated: Any = kind
         if name == "started_by" and separates(runbook, runbooks):  # the form asks for it
-            field = Field(description=description, min_length=1, pattern=r"\S")
+            field = Field(description=description)
+            annotated = Annotated[str, Field(min_length=1, pattern=r"\S")]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
-                                        default=field, annotation=kind))
+                                        default=field, annotation=annotated))
     return inspect.Signature(params)
 
 
