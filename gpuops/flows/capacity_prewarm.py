@@ -19,7 +19,6 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
     acreate_image_artifact,
@@ -109,6 +108,8 @@ def _utc(now: datetime | None) -> datetime:
 async def _publish_report(plan: CapacityPlan, config: CapacityConfig, targets: list, costs: Any,
                           forecasts: dict[str, Forecast], records: list, now: datetime,
                           dry_run: bool) -> None:
+    import pandas as pd
+
     start = pd.Timestamp(now).floor("h")
     await acreate_markdown_artifact(
         markdown=report.summary_markdown(plan, targets, costs, forecasts, dry_run=dry_run),

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from gpuops.blocks.capacity import ModelConfig
 from gpuops.common.errors import ConfigError
 from gpuops.tasks.capacity.forecast import rate_from_counter
 from gpuops.tasks.clients.prometheus import Prometheus
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HISTORY_STEP = timedelta(minutes=5)
 MINUTE_STEP = timedelta(minutes=1)

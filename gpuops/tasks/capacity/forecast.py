@@ -30,12 +30,14 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from gpuops.common.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HOURS_PER_DAY = 24
 HOURS_PER_WEEK = 168
@@ -73,6 +75,8 @@ class Forecast:
 
     def as_series(self) -> pd.DataFrame:
         """The forecast as a table (point, upper, plan) indexed by hour, for artifacts."""
+        import pandas as pd
+
         index = pd.DatetimeIndex(self.timestamps, name="hour")
         return pd.DataFrame({"point": self.point, "upper": self.upper,
                              "plan": self.plan_demand()}, index=index)
@@ -81,6 +85,8 @@ class Forecast:
 # --- input preparation ---------------------------------------------------------------------------
 
 def _require_utc_series(series: pd.Series, name: str) -> pd.Series:
+    import pandas as pd
+
     if not isinstance(series, pd.Series):
         raise InvalidDemandSeries(name, f"expected a pandas Series, got {type(series).__name__}")
     if not isinstance(series.index, pd.DatetimeIndex):
@@ -95,6 +101,8 @@ def _require_utc_series(series: pd.Series, name: str) -> pd.Series:
 
 
 def _hour_floor(now: datetime) -> pd.Timestamp:
+    import pandas as pd
+
     stamp = pd.Timestamp(now)
     if stamp.tzinfo is None:
         raise InvalidDemandSeries("now", "must be timezone-aware (UTC)")
@@ -128,6 +136,8 @@ def hourly_history(series: pd.Series, *, now: datetime) -> tuple[pd.Series, int]
     the value 24 h earlier when there is one, else by linear interpolation between neighbours
     (else the nearest value). History starts at the first observed hour.
     """
+    import pandas as pd
+
     values = _require_utc_series(series, "demand")
     if (values < 0).any():
         first_bad = values.index[values < 0][0]
@@ -272,6 +282,8 @@ def intra_hour_headroom(per_minute: pd.Series, *, quantile: float = 0.9,
     floor covers anyway. Hours with fewer than `min_minutes_per_hour` samples or zero mean
     are skipped. Pass per-minute *rates* (e.g. requests per minute), zeros included.
     """
+    import pandas as pd
+
     values = _require_utc_series(per_minute, "per_minute")
     minutes = values.resample("min").mean().dropna()
     by_hour = minutes.groupby(minutes.index.floor("h"))
@@ -306,6 +318,8 @@ def forecast_demand(
     `per_minute` data gives the headroom, at `headroom_quantile` over busy hours
     (see `intra_hour_headroom`).
     """
+    import pandas as pd
+
     if not 0.0 < quantile < 1.0:
         raise InvalidDemandSeries("quantile", f"must be in (0, 1), got {quantile!r}")
     if horizon_hours < 1:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from gpuops.common.png import figure_png
 from gpuops.tasks.capacity.forecast import Forecast
 from gpuops.tasks.capacity.plan import CapacityPlan
 from gpuops.tasks.capacity.prewarm import CostSummary, PoolTarget
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class ForecastRecord:
 def plan_rows(plan: CapacityPlan, targets: Sequence[PoolTarget], start: pd.Timestamp
               ) -> list[dict[str, object]]:
     """Pool x hour: nodes the plan serves with, and what this run holds now."""
+    import pandas as pd
+
     by_pool = {t.pool: t for t in targets}
     hours = [f"{(start + pd.Timedelta(hours=h)).strftime('%H')}:00" for h in range(plan.hours)]
     rows = []

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import pandas as pd
 
 from gpuops.common.errors import PrometheusQueryError, PrometheusUnavailable
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_POINTS = 11_000  # Prometheus refuses query_range answers above this per series
 
@@ -34,6 +36,8 @@ def _seconds(when: datetime) -> float:
 
 
 def _series(values: list[list[Any]]) -> pd.Series:
+    import pandas as pd
+
     if not values:
         return pd.Series([], dtype=float, index=pd.DatetimeIndex([], tz="UTC"))
     stamps = pd.to_datetime([float(t) for t, _ in values], unit="s", utc=True)
@@ -83,6 +87,8 @@ class Prometheus:
     def query_range(self, expr: str, start: datetime, end: datetime, step: timedelta
                     ) -> list[RangeSeries]:
         """A range query, split into requests of at most `MAX_POINTS` points each."""
+        import pandas as pd
+
         step_s = step.total_seconds()
         if step_s <= 0:
             raise ValueError(f"step must be positive, got {step!r}")

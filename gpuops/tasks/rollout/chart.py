@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from gpuops.common.png import figure_png
 from gpuops.tasks.rollout.metrics import (
@@ -23,6 +22,9 @@ from gpuops.tasks.rollout.metrics import (
     SeriesSelector,
     promql_duration,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PANELS = (("ttft_mean", "TTFT mean (s)"), ("itl_mean", "inter-token latency mean (s)"),
           ("error_ratio", "error ratio"))
@@ -71,6 +73,7 @@ def chart_queries(selector: SeriesSelector, names: MetricNames, step: timedelta
 def chart_png(curves: Mapping[str, Mapping[str, pd.Series]], marks: Sequence[StepMark],
               title: str, *, dpi: int = 80) -> bytes:
     """Three panels, a line per version (`curves[version][panel]`), a dashed line per step."""
+    import pandas as pd
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -8,8 +8,7 @@ one instant query per figure. Everything decided from the answers is pure (`metr
 from __future__ import annotations
 
 from datetime import datetime
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from gpuops.tasks.clients.prometheus import Prometheus
 from gpuops.tasks.rollout.chart import chart_queries, chart_step
@@ -23,6 +22,9 @@ from gpuops.tasks.rollout.metrics import (
     window_metrics,
     window_queries,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def discover_names(prom: Prometheus, selector: SeriesSelector, at: datetime) -> MetricNames:
