@@ -200,3 +200,20 @@ def test_separation_without_an_approval_is_a_located_error():
         "rb.yaml:2:31: approval.separate_approver: the runbook asks for no approval (no "
         "`request-approval` step, nor a `run-runbook`), so there is no approver to keep "
         "apart from whoever starts it")]
+
+
+def test_the_cli_asks_who_starts_a_separating_runbook_before_starting_it(tmp_path,
+                                                                         monkeypatch):
+    from typer.testing import CliRunner
+
+    from gpuops.deployments.cli import app
+
+    path = tmp_path / "four-eyes.yaml"
+    path.write_text(FOUR_EYES)
+    monkeypatch.delenv("GPUOPS_RUNBOOKS_STARTED_BY", raising=False)
+    result = CliRunner().invoke(app, ["runbook", "run", "four-eyes-cordon", "--file",
+                                      str(path), "--param", "node=gpu-1"])
+    assert result.exit_code == 2
+    assert "--as: runbook 'four-eyes-cordon' must be approved by someone other than " \
+        "whoever starts it" in result.stderr
+    assert "nothing was started" in result.stderr
