@@ -439,7 +439,7 @@ def test_cli_runs_a_dry_run_and_refuses_bad_parameters_before_starting(cluster):
     assert result.stdout.splitlines() == [
         "runbook quarantine-gpu-node",
         ("1. taint: taint-node(node='gpu-1', key='gpuops.io/quarantine', value='xid', "
-        "effect='NoSchedule')"),
+        "effect='NoSchedule', exclusive=False)"),
         "   - taint node gpu-1 gpuops.io/quarantine=xid:NoSchedule",
         "2. cordon: cordon-node(node='gpu-1')",
         "   - cordon node gpu-1",

@@ -68,12 +68,21 @@ class DrainArgs(Args):
                                    "disruption budget refuses.")
 
 
-@CATALOG.action("taint-node", "Put a taint on a node.", output=Changed, destructive=True)
+class Tainted(Changed):
+    ours: bool = Field(True, description="This run holds the taint: False only with "
+                       "`exclusive` when another runbook run had put it.")
+
+
+@CATALOG.action("taint-node", "Put a taint on a node.", output=Tainted, destructive=True)
 class TaintArgs(Args):
     node: NodeName
     key: str = Field(min_length=1, max_length=316)
     value: str = Field("", max_length=63)
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+    exclusive: bool = Field(False, description="Leave the taint, and the run it names, as "
+                            "they are when another runbook run put it (`ours` is then "
+                            "False): of runs at once, one holds it; the same run started "
+                            "again (after an approval that suspended it) still does.")
 
 
 @CATALOG.action("untaint-node", "Take a taint off a node.", output=Changed, destructive=True)

@@ -21,6 +21,7 @@ from gpuops.runbooks.catalog import (
     DrainArgs,
     DrainOutput,
     TaintArgs,
+    Tainted,
     UncordonArgs,
     UntaintArgs,
 )
@@ -71,14 +72,36 @@ def _taint(ctx: StepContext, args: TaintArgs) -> TaintNode:
     return TaintNode(ctx.kube, args.node, args.key, args.value, args.effect, record)
 
 
+def _other_run(kube: Kube, args: TaintArgs, run_id: str) -> str:
+    """The other runbook run recorded on the node with this taint; "" when none is."""
+    node = kube.get_node(args.node)
+    owner = ((node.get("metadata") or {}).get("annotations") or {}).get(RUNBOOK_RUN, "")
+    tainted = any(t.get("key") == args.key and (t.get("value") or "") == args.value
+                  for t in (node.get("spec") or {}).get("taints") or [])
+    return owner if tainted and owner and owner != run_id else ""
+
+
 @runs("taint-node")
-async def taint(ctx: StepContext, args: TaintArgs) -> Changed:
-    return await _apply(ctx, _taint(ctx, args))
+async def taint(ctx: StepContext, args: TaintArgs) -> Tainted:
+    if not args.exclusive:
+        return Tainted(**(await _apply(ctx, _taint(ctx, args))).model_dump())
+    async with hold_targets([f"node/{args.node}"]):  # the look and the taint as one
+        other = await asyncio.to_thread(_other_run, ctx.kube, args, ctx.run_id)
+        if other:
+            return Tainted(changed=False, ours=False, description=f"node {args.node} "
+                           f"already has {args.key}={args.value}, put by run {other}")
+        return Tainted(**(await _apply(ctx, _taint(ctx, args))).model_dump())
 
 
 @predicts("taint-node")
 async def predict_taint(ctx: StepContext, args: TaintArgs) -> Prediction:
-    return await _predict(_taint(ctx, args))
+    other = await asyncio.to_thread(_other_run, ctx.kube, args, ctx.run_id) \
+        if args.exclusive else ""
+    if other:
+        return Prediction(Tainted(changed=False, ours=False, description=f"node "
+                                  f"{args.node} already tainted by run {other}"))
+    predicted = await _predict(_taint(ctx, args))
+    return Prediction(Tainted(**predicted.output.model_dump()), predicted.changes)
 
 
 def _untaint(ctx: StepContext, args: UntaintArgs) -> UntaintNode:
