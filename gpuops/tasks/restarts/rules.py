@@ -18,7 +18,7 @@ for YAML anchors the rules share, such as the shipped file's Xid classes):
       fault: true                     # false for planned or benign terminations
       window_s: 600                   # how near the termination events and Xids must be
       bonus: 0.02                     # added per `supporting` set that holds
-      recency: {within_s: 300, tail_lines: 100, stale_penalty: 0.25}  # old log lines weigh less
+      recency: {within_s: 300, tail_lines: 100, stale_penalty: 0.4}  # old log lines weigh less
       explanation: "..."              # why, and what to do; may use {facts}
       when: {terminated.reason: [OOMKilled]}
       supporting:
@@ -158,7 +158,7 @@ class Recency(_Strict):
 
     within_s: float = Field(300.0, gt=0)
     tail_lines: int = Field(100, ge=1)
-    stale_penalty: float = Field(0.25, ge=0, le=1)
+    stale_penalty: float = Field(0.4, ge=0, le=1)
 
 
 def _term(text: str) -> re.Pattern[str]:
