@@ -70,9 +70,47 @@ def test_a_latency_above_the_old_ones_while_busier_is_not_held_against_the_versi
     verdict = judge(Analysis(), window(busier, 1), window(OLD, 4, "old"))
 
     assert verdict.status is Status.PASS
-    assert {r.gate.metric for r in verdict.not_comparable} == {"ttft_mean", "ttft_p90"}
+    # An unchanged prefix-cache hit ratio while busier proves nothing either: more load
+    # alone would have raised it.
+    assert {r.gate.metric for r in verdict.not_comparable} == {
+        "ttft_mean", "ttft_p90", "prefix_cache_hit_ratio"}
     assert "ttft_mean" in unproven(Analysis(), [verdict])
     assert "itl_p90" not in unproven(Analysis(), [verdict])  # as good while busier: proven
+
+
+def test_a_lower_prefix_cache_hit_ratio_on_nearly_idle_replicas_does_not_roll_back():
+    # Issue #18: 4 replicas each side, 1 % step. A good version's idle replicas see few
+    # requests sharing a prefix, so its hit ratio is far below the busy old pool's; that is
+    # the load's doing, not the version's (before: "worse while less busy", a false rollback).
+    good_but_idle = {**OLD, "requests": 80.0 * 5, "ttft_p90": 0.30, "ttft_mean": 0.17,
+                     "queue_depth": 0.0, "kv_cache_usage": 0.05,
+                     "prefix_cache_hit_ratio": 0.05}
+    verdict = judge(Analysis(), window(good_but_idle, 4), window(OLD, 4, "old"))
+
+    assert verdict.status is Status.PASS, verdict.reason
+    [hits] = [r for r in verdict.results if r.gate.metric == "prefix_cache_hit_ratio"]
+    assert not hits.comparable and "less busy" in hits.note
+    assert "prefix_cache_hit_ratio" in unproven(Analysis(), [verdict])
+    # A lower KV-cache usage while less busy is no evidence for the version either.
+    [kv] = [r for r in verdict.results if r.gate.metric == "kv_cache_usage"]
+    assert not kv.comparable
+
+
+def test_a_prefix_cache_hit_ratio_as_good_while_less_busy_counts_for_the_version():
+    verdict = judge(Analysis(), window(SLOWER_BUT_IDLE, 4), window(OLD, 4, "old"))
+    [hits] = [r for r in verdict.results if r.gate.metric == "prefix_cache_hit_ratio"]
+    assert hits.proven
+    assert "prefix_cache_hit_ratio" not in unproven(Analysis(), [verdict])
+
+
+@pytest.mark.parametrize(("requests", "replicas"), [(8000.0, 4), (2667.0, 1)],
+                         ids=["comparable load", "busier"])
+def test_a_worse_prefix_cache_hit_ratio_at_comparable_or_higher_load_fails(requests, replicas):
+    worse = {**OLD, "requests": requests, "prefix_cache_hit_ratio": 0.15}  # limit 0.8 x 0.25
+    verdict = judge(Analysis(), window(worse, replicas), window(OLD, 4, "old"))
+
+    assert verdict.status is Status.FAIL
+    assert [r.gate.metric for r in verdict.failed] == ["prefix_cache_hit_ratio"]
 
 
 def test_at_comparable_loads_latency_is_judged_and_proven_as_before():
@@ -137,7 +175,9 @@ def test_against_the_old_versions_past_only_the_direction_of_the_loads_counts():
     assert judge(Analysis(), window(busier, 4), window(OLD, 4, "old")).status is Status.FAIL
     verdict = judge(history, window(busier, 4), window(OLD, 4, "old"))
     assert verdict.status is Status.PASS
-    assert [r.gate.metric for r in verdict.not_comparable] == ["ttft_p90"]
+    # (an unchanged prefix-cache hit ratio while busier proves nothing either)
+    assert [r.gate.metric for r in verdict.not_comparable] == ["ttft_p90",
+                                                               "prefix_cache_hit_ratio"]
     # ...but errors do, and so does a worse latency while less busy.
     failing = {**busier, "error_ratio": 0.08}
     assert judge(history, window(failing, 4), window(OLD, 4, "old")).status is Status.FAIL

@@ -17,16 +17,23 @@ want of data); WAIT below `min_requests` finished requests on either side (a 1 %
 judged on noise) — the gates' numbers so far are in the verdict all the same.
 
 Loads. Latency, queue depth, KV-cache usage and prefix-cache hits depend on how busy a replica
-is (`Figure.load_dependent`), and the two pools are not equally busy: at a 1 % step the new
+is (`Figure.load_raises`), and the two pools are not equally busy: at a 1 % step the new
 pool's replicas are nearly idle while the old ones carry the rest, so a version only slower
 than the old one looks faster. Nothing model-free turns a latency at one load into the latency
-at another, but for any one version these figures only get worse as the load per replica
-rises, and that is enough to know which comparisons prove something (`load_match`, 0.8):
+at another, but for any one version each of these figures moves one way as the load per
+replica rises — latency, queue depth and KV-cache usage up (worse), the prefix-cache hit ratio
+up too (better: more requests share prefixes) — and that is enough to know which comparisons
+prove something (`load_match`, 0.8): a verdict at unequal loads counts only where the load
+difference cannot explain it.
 
-    new load / old load < load_match       worse than the old: FAIL (worse while less busy)
-                                           within the limit: not comparable (proves nothing)
-    new load / old load > 1 / load_match   within the limit: pass (as good while busier)
-                                           worse: not comparable (busier explains it)
+    new load / old load < load_match       load-worsened figure (latency): worse FAILs
+                                           (worse while less busy), within the limit is
+                                           not comparable (less load flatters it);
+                                           prefix-cache hits: within the limit passes,
+                                           worse is not comparable (less load lowers them)
+    new load / old load > 1 / load_match   the mirror: latency within the limit passes,
+                                           worse is not comparable; prefix-cache hits
+                                           worse FAIL, within the limit not comparable
     in between                             judged as is
 
 where the load is the requests each side's serving replicas finished per second in the window.
@@ -266,14 +273,17 @@ def _match_loads(result: GateResult, ratio: float | None, load_match: float | No
             result.baseline is None or not isinstance(gate, RelativeGate) or \
             not FIGURES[gate.metric].load_dependent:
         return result
-    if ratio < load_match and result.passed:
-        note = (f"not comparable: the new replicas carried {ratio:.2f}x the old's load per "
-                "replica (as good while less busy proves nothing)")
-    elif ratio > 1 / load_match and not result.passed:
-        note = (f"not comparable: the new replicas carried {ratio:.2f}x the old's load per "
-                "replica (worse while busier proves nothing)")
-    else:
+    # A verdict at unequal loads counts only where the load difference pushes the figure
+    # the other way: less load flatters latency but lowers prefix-cache hits.
+    less, more = ratio < load_match, ratio > 1 / load_match
+    flattered = (less if FIGURES[gate.metric].load_worsens else more) and result.passed
+    blamed = (more if FIGURES[gate.metric].load_worsens else less) and not result.passed
+    if not (flattered or blamed):
         return result
+    outcome = ("as good" if result.passed else "worse") + \
+        (" while less busy" if less else " while busier")
+    note = (f"not comparable: the new replicas carried {ratio:.2f}x the old's load per "
+            f"replica ({outcome} proves nothing for {gate.metric})")
     return replace(result, comparable=False, note=note)
 
 

@@ -58,23 +58,35 @@ class Figure:
     title: str
     unit: Literal["s", "ratio", "requests", "count"]
     higher_is_better: bool = False
-    # Worse as a replica's load rises (queueing, batching, cache eviction) for any one
-    # version: comparable between pools only at similar load per replica (`gates`).
-    load_dependent: bool = False
+    # How the value moves for any one version as a replica's load rises: up (queueing,
+    # batching, a fuller KV cache; more requests sharing prefixes), or None: not with load.
+    # Such figures compare between pools only at similar loads per replica, or where the
+    # load difference cannot explain the outcome (`gates`).
+    load_raises: bool | None = None
+
+    @property
+    def load_dependent(self) -> bool:
+        return self.load_raises is not None
+
+    @property
+    def load_worsens(self) -> bool:
+        """More load makes this figure worse (latency, queue, KV-cache usage), not better
+        (prefix-cache hits)."""
+        return self.load_raises is not None and self.load_raises != self.higher_is_better
 
 
 FIGURES: dict[str, Figure] = {f.key: f for f in (
     Figure("requests", "requests finished", "requests", higher_is_better=True),
     Figure("error_ratio", "error ratio", "ratio"),
-    Figure("ttft_p90", "TTFT p90", "s", load_dependent=True),
-    Figure("ttft_p99", "TTFT p99", "s", load_dependent=True),
-    Figure("ttft_mean", "TTFT mean", "s", load_dependent=True),
-    Figure("itl_p90", "inter-token latency p90", "s", load_dependent=True),
-    Figure("itl_mean", "inter-token latency mean", "s", load_dependent=True),
-    Figure("queue_depth", "requests waiting per replica", "count", load_dependent=True),
-    Figure("kv_cache_usage", "KV-cache usage", "ratio", load_dependent=True),
+    Figure("ttft_p90", "TTFT p90", "s", load_raises=True),
+    Figure("ttft_p99", "TTFT p99", "s", load_raises=True),
+    Figure("ttft_mean", "TTFT mean", "s", load_raises=True),
+    Figure("itl_p90", "inter-token latency p90", "s", load_raises=True),
+    Figure("itl_mean", "inter-token latency mean", "s", load_raises=True),
+    Figure("queue_depth", "requests waiting per replica", "count", load_raises=True),
+    Figure("kv_cache_usage", "KV-cache usage", "ratio", load_raises=True),
     Figure("prefix_cache_hit_ratio", "prefix-cache hit ratio", "ratio", higher_is_better=True,
-           load_dependent=True),
+           load_raises=True),
 )}
 
 
