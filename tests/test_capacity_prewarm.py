@@ -65,7 +65,7 @@ SCENARIO = textwrap.dedent(f"""\
          provisioningLagSeconds: 210, zones: [us-east-1a], backing: asg}}
       - {{name: cpu, instanceType: m6i.4xlarge, cpu: 16, memory: 64Gi, minSize: 1,
          maxSize: 3, desiredSize: 1, zones: [us-east-1a], backing: eks}}
-    sim: {{aws_poll_seconds: 0.3}}
+    sim: {{aws_poll_seconds: 1.0}}
     """)
 
 

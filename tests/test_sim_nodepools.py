@@ -48,7 +48,7 @@ SCENARIO = textwrap.dedent(f"""\
         desiredSize: 1
         zones: [us-east-1a]
         backing: asg
-    sim: {{aws_poll_seconds: 0.3}}
+    sim: {{aws_poll_seconds: 1.0}}
     """)
 
 
