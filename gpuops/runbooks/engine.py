@@ -11,7 +11,8 @@ Order of a run:
    approval step runs in the flow itself (Prefect pauses flows, not tasks) and shows the
    plan of the steps after it, made when it asks (so it includes what the steps before it
    did); after a "yes" those steps are planned again, and if what they would change is not
-   what was shown the run stops ("plan-changed");
+   what was shown the run stops ("plan-changed"). A run an approval suspended runs again
+   from the top when answered: the steps done before it reuse their results (step_cache.py);
 4. a failing step runs its `on_failure:` steps, then every `undo:` of the steps done so
    far, last first; so does a "no" (nothing after it runs);
 5. each undo is written to the run's journal on the Prefect server before its step runs
@@ -28,7 +29,6 @@ from typing import Any
 
 from prefect import task
 from prefect.artifacts import acreate_markdown_artifact
-from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ValidationError
 
 from gpuops.blocks.capacity import CapacityConfig
@@ -45,6 +45,7 @@ from gpuops.runbooks.located import dotted
 from gpuops.runbooks.plan import Plan, PlannedStep, RunRecord, StepRecord, run_markdown
 from gpuops.runbooks.registry import Registry
 from gpuops.runbooks.schema import Call, Runbook, Step
+from gpuops.runbooks.step_cache import key_parameter, step_key
 from gpuops.runbooks.templates import evaluate, render_value
 from gpuops.tasks.actions.perform import recording_actions
 from gpuops.tasks.clients.aws import Aws
@@ -73,6 +74,7 @@ class Services:
     aws: Aws | None = None
     started_by: str = ""  # who started the run (declared: Prefect has no user identity)
     separate_approver: bool = False  # a runbook running this one requires it
+    path: tuple[str, ...] = ()  # the run-runbook steps this run is nested in (cache keys)
 
 
 def context_for(runbook: Runbook, values: Mapping[str, Any], outputs: Mapping[str, Any],
@@ -121,7 +123,8 @@ def _step_context(runbook: Runbook, services: Services, dry_run: bool, step: str
                        run_id=services.run_id, plan=plan.text() if plan else "",
                        targets=plan.targets() if plan else (), slack=services.slack,
                        policy=services.policy,
-                       run_runbook=_inner_runner(services, _separate(runbook, services)),
+                       run_runbook=_inner_runner(services, _separate(runbook, services),
+                                                 f"{runbook.name}.{step}"),
                        deployment_parameters=services.deployment_parameters,
                        capacity=services.capacity, aws=services.aws,
                        started_by=services.started_by,
@@ -175,8 +178,10 @@ async def make_plan(runbook: Runbook, values: Mapping[str, Any], services: Servi
     return Plan(runbook.name, dict(values), checks, steps)
 
 
-@task(name="runbook-step", cache_policy=NO_CACHE)
-async def _run_step(binding: Binding, ctx: StepContext, args: BaseModel) -> dict[str, Any]:
+@task(name="runbook-step", cache_key_fn=key_parameter, persist_result=True)
+async def _run_step(binding: Binding, ctx: StepContext, args: BaseModel,
+                    key: str | None) -> dict[str, Any]:
+    """`key`: the step's cache key in this flow run (step_cache.py)."""
     output = await binding.run(ctx, args)
     return output.model_dump()
 
@@ -191,7 +196,9 @@ async def _call(call: Call, name: str, runbook: Runbook, services: Services,
         return args, (await binding.run(ctx, args)).model_dump()
     runner = _run_step.with_options(name=name, task_run_name=name, retries=retries,
                                     retry_delay_seconds=delay)
-    return args, await runner(binding, ctx, args)
+    key = step_key(services.run_id, (*services.path, where, name), call.action,
+                   args.model_dump(mode="json"))
+    return args, await runner(binding, ctx, args, key)
 
 
 async def execute(runbook: Runbook, given: Mapping[str, Any], services: Services, *,
@@ -389,9 +396,9 @@ def _summary(output: Mapping[str, Any]) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _inner_runner(services: Services, separate: bool) -> Any:
+def _inner_runner(services: Services, separate: bool, step: str) -> Any:
     """`run-runbook`: the inner runbook keeps the run's starter, and its approvals the
-    separation the outer one requires."""
+    separation the outer one requires; its steps' cache keys say which step ran it."""
     async def run_inner(name: str, params: Mapping[str, Any], dry_run: bool
                         ) -> dict[str, Any]:
         loaded = services.runbooks.get(name) if services.runbooks is not None else None
@@ -401,7 +408,8 @@ def _inner_runner(services: Services, separate: bool) -> Any:
             raise PermanentError("runbooks nested more than 8 deep")
         inner = Services(services.kube, services.slack, services.policy, services.runbooks,
                          services.run_id, services.deployment_parameters, services.depth + 1,
-                         services.capacity, services.aws, services.started_by, separate)
+                         services.capacity, services.aws, services.started_by, separate,
+                         (*services.path, step))
         result = await execute(loaded.runbook, params, inner, dry_run=dry_run, publish=False)
         return {"outcome": result.outcome, "steps": result.outputs}
     return run_inner
