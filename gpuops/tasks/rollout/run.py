@@ -379,14 +379,23 @@ class Course:
         unchanged when it cannot be read."""
         spec, timing = self.spec, self.spec.timing
         end = _now()
+        series = pool_series(read_pool_view(self.kube, self.apis, self.ns,
+                                            self.plan.old.pool.name))
+        # one window first; a short window can hold too few scrapes to count requests (a
+        # late scrape on a busy Prometheus), so then a longer look-back before giving up
+        rate = None
         try:
-            old = read_window(self.prom, pool_series(read_pool_view(
-                self.kube, self.apis, self.ns, self.plan.old.pool.name)),
-                end - timedelta(seconds=timing.window_s), end)
+            for lookback in (timing.window_s, max(4 * timing.window_s, 60.0)):
+                old = read_window(self.prom, series, end - timedelta(seconds=lookback), end)
+                if old.requests is not None:
+                    rate = old.requests / lookback
+                    break
         except PrometheusError as e:
             get_run_logger().warning("steps not adapted to traffic: %s", e)
             return steps
-        rate = None if old.requests is None else old.requests / timing.window_s
+        if rate is None:
+            get_run_logger().warning("steps not adapted to traffic: the old pool's requests "
+                                     "are not in Prometheus yet")
         adapted = adapt_first_step(spec.steps, rate_rps=rate,
                                    min_requests=spec.analysis.min_requests,
                                    window_s=timing.window_s,
