@@ -18,6 +18,10 @@ Order of a run:
 5. each undo is written to the run's journal on the Prefect server before its step runs
    (journal.py), and the journal goes when the run ends: a run whose process died leaves
    it, and `recover` undoes what it did.
+
+So before its preconditions a run undoes, with `recover`, what earlier runs of the same
+runbook that have ended (Crashed, Failed, Cancelled, gone) left (leftovers.py), and says so
+in its artifact; a dry run only says what it would undo.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.artifacts import acreate_markdown_artifact
+from prefect.exceptions import MissingContextError
+from prefect.logging import get_logger
 from pydantic import BaseModel, ValidationError
 
 from gpuops.blocks.capacity import CapacityConfig
@@ -40,6 +46,7 @@ from gpuops.runbooks.bindings import Binding, load_bindings
 from gpuops.runbooks.catalog import CATALOG, ApprovalOutput, CheckResult
 from gpuops.runbooks.context import StepContext
 from gpuops.runbooks.journal import Journal, forget_journal, read_journal
+from gpuops.runbooks.leftovers import decide, flow_run_state, leftover_journals, runs_of
 from gpuops.runbooks.loader import LoadedRunbook
 from gpuops.runbooks.located import dotted
 from gpuops.runbooks.plan import Plan, PlannedStep, RunRecord, StepRecord, run_markdown
@@ -213,6 +220,8 @@ async def execute(runbook: Runbook, given: Mapping[str, Any], services: Services
                           "GPUOPS_RUNBOOKS_STARTED_BY), the `started_by` field of the "
                           "Prefect UI form; nothing was started")
     record = RunRecord(runbook.name, values, dry_run, started_by=services.started_by)
+    if services.run_id and not services.depth:  # a nested run shares its outer run's id
+        record.earlier = await compensate_earlier(runbook.name, services, dry_run=dry_run)
     plan = await make_plan(runbook, values, services)
     try:
         failed = [(c, d) for c, ok, d in plan.checks if not ok]
@@ -385,6 +394,43 @@ async def recover(run_id: str, services: Services) -> list[StepRecord]:
     if not failed:
         await forget_journal(run_id, services.kube)
     return records
+
+
+async def compensate_earlier(runbook: str, services: Services, *, dry_run: bool
+                             ) -> list[str]:
+    """Undo (with `dry_run`, only list) what ended earlier runs of `runbook` left; one
+    line per undo ("undid run X's cordon of gpu-3"), also logged."""
+    bodies = await leftover_journals(services.kube)
+    lines: list[str] = []
+    for run in runs_of(runbook, bodies, services.run_id):
+        decision = decide(await flow_run_state(run))
+        if not decision.compensate:
+            continue  # maybe alive (an approval waits): its own run or `recover` ends it
+        if dry_run:
+            lines += [f"would undo run {run}'s {e['step']}{_of(e.get('args'))} "
+                      f"({decision.why})" for e in reversed(bodies[run].get("undo") or [])]
+            continue
+        for r in await recover(run, services):
+            step = r.name.removeprefix("undo-")
+            verb = {"undone": "undid", "skipped": "could not undo"}.get(r.outcome,
+                                                                     "failed to undo")
+            lines.append(f"{verb} run {run}'s {step}{_of(r.args)} ({decision.why})"
+                         + (f": {r.detail}" if r.outcome != "undone" and r.detail else ""))
+    for line in lines:
+        _log(line)
+    return lines
+
+
+def _of(args: Mapping[str, Any] | None) -> str:
+    node = (args or {}).get("node")
+    return f" of {node}" if isinstance(node, str) and node else ""
+
+
+def _log(line: str) -> None:
+    try:
+        get_run_logger().warning(line)
+    except MissingContextError:  # outside a flow run (tests)
+        get_logger("gpuops.runbooks").warning(line)
 
 
 def _describe(error: BaseException) -> str:

@@ -83,6 +83,7 @@ class RunRecord:
     outputs: dict[str, Any] = field(default_factory=dict)
     plan: str = ""  # the plan's text (a dry run's answer)
     started_by: str = ""  # as the run declared it
+    earlier: list[str] = field(default_factory=list)  # what earlier runs left, undone first
 
 
 def run_markdown(record: RunRecord, plan: Plan | None) -> str:
@@ -94,6 +95,8 @@ def run_markdown(record: RunRecord, plan: Plan | None) -> str:
         out += [record.message, ""]
     out += ["## Parameters", "", "| name | value |", "|---|---|"]
     out += [f"| {k} | `{v}` |" for k, v in record.parameters.items()]
+    if record.earlier:
+        out += ["", "## Left by earlier runs", ""] + [f"- {line}" for line in record.earlier]
     if plan is not None:
         if plan.checks:
             out += ["", "## Preconditions", "", "| check | holds | detail |", "|---|---|---|"]
