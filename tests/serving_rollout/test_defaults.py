@@ -5,9 +5,16 @@ a window, the timeline saying why. Nothing here asserts on time."""
 
 from __future__ import annotations
 
+import json
+import urllib.parse
+import urllib.request
+
 import pytest
 
+from gpuops.blocks.rollout import RolloutPolicy
 from gpuops.deployments.services import host_port
+from gpuops.tasks.rollout.metrics import REQUESTS
+from tests.helpers import wait_for
 from tests.serving_rollout.stack import (
     MODEL,
     Stack,
@@ -20,7 +27,13 @@ from tests.serving_rollout.stack import (
     timeline,
 )
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(420)
+
+
+def _has_requests(prometheus: str) -> bool:
+    query = urllib.parse.urlencode({"query": f"sum(increase({REQUESTS}[10s]))"})
+    with urllib.request.urlopen(f"{prometheus}/api/v1/query?{query}", timeout=5) as answer:
+        return bool(json.load(answer)["data"]["result"])
 
 
 def test_by_default_a_fresh_copy_is_the_baseline_where_there_is_room_and_it_goes_at_50(
@@ -70,6 +83,11 @@ def test_a_first_step_the_traffic_cannot_judge_in_a_window_is_raised_and_the_tim
         stack, served):
     # 1,500 requests at 1 % of the pool's traffic take many windows: raised, at most to 10 %
     blocks = served(adapt_steps=True, min_requests=1500, step_timeout_s=120)
+    # the rate is read before the first step: Prometheus must know the pool's traffic by
+    # then (a busy machine can time its first 1 s scrapes out, leaving no samples yet)
+    prometheus = RolloutPolicy.load(blocks["rollout_block"]).prometheus_url
+    wait_for(lambda: _has_requests(prometheus), timeout=120,
+             message="Prometheus has the pool's request counts")
     state = rollout(blocks, image="vllm/vllm-openai:v0.12.0")
 
     assert state.is_completed(), state.message
