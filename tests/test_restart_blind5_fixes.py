@@ -84,10 +84,10 @@ def test_a_panic_naming_a_model_file_that_is_not_there_is_a_configuration_error(
 
 
 def test_a_model_file_the_hub_answers_404_for_is_a_configuration_error() -> None:
-    log = ('INFO hf_hub: Token file not found "/home/app/.cache/huggingface/token"\n'
+    log = ('INFO hf_hub: Token file not found "/data/hf-cache/token"\n'
            'Error: failed to fetch file "config.json" from the hub: Status(404, Not Found)\n')
     assert _cause("t-hub-404", last_state=_exit(1), previous_log=log) == "config-error"
     # the hub client's note that there is no token is not the cause of another crash
-    other = ('INFO hf_hub: Token file not found "/home/app/.cache/huggingface/token"\n'
+    other = ('INFO hf_hub: Token file not found "/data/hf-cache/token"\n'
              "Error: listener failed: Address already in use (os error 98)\n")
     assert _cause("t-no-token", last_state=_exit(1), previous_log=other) != "config-error"
