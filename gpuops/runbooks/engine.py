@@ -41,12 +41,13 @@ from gpuops.blocks.capacity import CapacityConfig
 from gpuops.blocks.connections import SlackConnection
 from gpuops.blocks.policy import ApprovalPolicy
 from gpuops.common.errors import ConfigError, GpuopsError, PermanentError
+from gpuops.common.flow_runs import flow_run_state
 from gpuops.runbooks.arguments import bind_values
 from gpuops.runbooks.bindings import Binding, load_bindings
 from gpuops.runbooks.catalog import CATALOG, ApprovalOutput, CheckResult
 from gpuops.runbooks.context import StepContext
 from gpuops.runbooks.journal import Journal, forget_journal, read_journal
-from gpuops.runbooks.leftovers import decide, flow_run_state, leftover_journals, runs_of
+from gpuops.runbooks.leftovers import decide, leftover_journals, runs_of
 from gpuops.runbooks.loader import LoadedRunbook
 from gpuops.runbooks.located import dotted
 from gpuops.runbooks.plan import Plan, PlannedStep, RunRecord, StepRecord, run_markdown

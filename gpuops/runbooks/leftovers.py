@@ -15,10 +15,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
 
 from prefect.client.orchestration import get_client
-from prefect.exceptions import ObjectNotFound
 
 from gpuops.runbooks.journal import PREFIX
 from gpuops.runbooks.node_record import UNDO_PREFIX
@@ -70,17 +68,3 @@ async def leftover_journals(kube: Kube) -> dict[str, dict[str, Any]]:
             if variable.name.startswith(PREFIX) and isinstance(variable.value, dict):
                 found[variable.name[len(PREFIX):]] = variable.value
     return found
-
-
-async def flow_run_state(run_id: str) -> str | None:
-    """The flow run's state type (`RUNNING`...), None when the server has no such run."""
-    try:
-        key = UUID(run_id)
-    except ValueError:
-        return None
-    async with get_client() as client:
-        try:
-            run = await client.read_flow_run(key)
-        except ObjectNotFound:
-            return None
-    return run.state.type.value if run.state is not None else None
